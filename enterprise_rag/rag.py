@@ -1,0 +1,163 @@
+"""The public entry point: :class:`EnterpriseRAG`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM
+from llama_index.core.schema import NodeWithScore
+
+from enterprise_rag.config import RagSettings, load_settings
+from enterprise_rag.db import Database
+from enterprise_rag.ingest.properties import document_id_for
+from enterprise_rag.ingest.report import IngestReport, Progress
+from enterprise_rag.principal import Principal, require_principal
+from enterprise_rag.providers import Providers
+from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions
+from enterprise_rag.retrieval.transforms import History
+from enterprise_rag.store.writer import delete_documents
+
+logger = logging.getLogger(__name__)
+
+
+class EnterpriseRAG:
+    """Permission-scoped, cited, self-checking RAG over your documents.
+
+    >>> rag = EnterpriseRAG(data_dir="/tmp/rag")            # embedded defaults
+    >>> rag.status()["postgres_version"]                    # doctest: +SKIP
+    'PostgreSQL 18.4 ...'
+
+    Models and clients can be injected (tests use the fakes in
+    :mod:`enterprise_rag.testing`); anything not injected is built from the
+    configuration on first use. The constructor connects to nothing.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path | None = None,
+        *,
+        settings: RagSettings | None = None,
+        embed_model: BaseEmbedding | None = None,
+        generator: LLM | None = None,
+        grader: LLM | None = None,
+    ) -> None:
+        self.settings = settings if settings is not None else load_settings()
+        if data_dir is not None:
+            self.settings = self.settings.model_copy(update={"data_dir": Path(data_dir)})
+        self.data_dir = self.settings.resolved_data_dir()
+        self.providers = Providers(
+            self.settings, self.data_dir, embed_model=embed_model, generator=generator, grader=grader
+        )
+        self.db = Database(self.settings.database, self.data_dir, self.settings.embedding.dimensions)
+
+    @classmethod
+    def from_config(
+        cls, path: str | Path | None, data_dir: str | Path | None = None, **injected: Any
+    ) -> EnterpriseRAG:
+        """Build from a YAML config file (``None`` = defaults), with environment overrides."""
+        return cls(data_dir=data_dir, settings=load_settings(path), **injected)
+
+    def ingest(
+        self,
+        paths: str | Path | list[str | Path],
+        allowed_groups: list[str] | None = None,
+        allowed_users: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: Progress | None = None,
+    ) -> IngestReport:
+        """Ingest files or folders (pdf, md, html, txt) with their ACL.
+
+        The ACL comes from the arguments or, when both are None, from each
+        document's front-matter; a document with neither is refused. Unchanged
+        documents are skipped; changed ones replace their nodes atomically.
+        A bad file fails alone, with its path and reason in ``report.failed``.
+        """
+        from enterprise_rag.ingest.pipeline import Ingestor  # parsers load only when ingesting
+
+        ingestor = Ingestor(self.db, self.providers.embed_model, self.settings.ingest)
+        items = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        return ingestor.ingest(items, allowed_groups, allowed_users, metadata, progress)
+
+    def delete(self, document_id_or_path: str | Path) -> bool:
+        """Delete a document (by id, or by the path it was ingested from) and all its nodes."""
+        key = str(document_id_or_path)
+        candidates = [key, document_id_for(str(Path(key).expanduser().resolve()))]
+        with self.db.connection() as conn:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT document_id FROM rag_documents WHERE document_id = ANY(%s) OR source = %s",
+                    (candidates, str(Path(key).expanduser().resolve())),
+                )
+            ]
+            return delete_documents(conn, ids) > 0
+
+    def as_retriever(
+        self,
+        user: Principal,
+        top_k: int | None = None,
+        history: History | None = None,
+        options: RetrievalOptions | None = None,
+    ) -> PermissionScopedRetriever:
+        """A LlamaIndex ``BaseRetriever`` scoped to ``user`` (sync and async)."""
+        opts = options or RetrievalOptions()
+        needs_llm = bool(history) and opts.rewrite_with_history or opts.multi_query or opts.hyde
+        return PermissionScopedRetriever(
+            db=self.db,
+            embed_model=self.providers.embed_model,
+            principal=require_principal(user),
+            settings=self.settings.retrieval,
+            text_search_config=self.settings.database.text_search_config,
+            top_k=top_k,
+            history=history,
+            llm=self.providers.grader if needs_llm else None,
+            reranker=self.providers.reranker,
+            options=opts,
+        )
+
+    def retrieve(
+        self,
+        question: str,
+        user: Principal,
+        top_k: int | None = None,
+        history: History | None = None,
+    ) -> list[NodeWithScore]:
+        """Passages ``user`` may read that best answer ``question``, parents merged, best first."""
+        return self.as_retriever(user, top_k=top_k, history=history).retrieve(question)
+
+    def status(self) -> dict[str, Any]:
+        """Store location, server and pgvector versions, counts, configured models."""
+        with self.db.connection() as conn:
+            pg_version = conn.execute("SELECT version()").fetchone()[0]  # type: ignore[index]
+            vector_version = conn.execute(
+                "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+            ).fetchone()[0]  # type: ignore[index]
+            documents, nodes, leaves = conn.execute(
+                "SELECT (SELECT count(*) FROM rag_documents), count(*), count(*) FILTER (WHERE is_leaf)"
+                " FROM rag_nodes"
+            ).fetchone()  # type: ignore[misc]
+            migrations = [r[0] for r in conn.execute("SELECT filename FROM rag_migrations ORDER BY filename")]
+        return {
+            "store": self.db.location,
+            "embedded": self.db.embedded,
+            "postgres_version": pg_version,
+            "pgvector_version": vector_version,
+            "documents": documents,
+            "nodes": nodes,
+            "leaf_nodes": leaves,
+            "migrations": migrations,
+            "models": self.providers.describe(),
+        }
+
+    def close(self) -> None:
+        """Close the connection pool (the embedded server keeps running for the next process)."""
+        self.db.close()
+
+    def __enter__(self) -> EnterpriseRAG:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,72 @@
+"""Shared fixtures: one real embedded PostgreSQL per test session, a fresh database per test."""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from enterprise_rag import EnterpriseRAG
+from enterprise_rag.config import load_settings
+from enterprise_rag.db.embedded import start_embedded
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+SCENARIOS = SHARED / "scenarios"
+SCIFACT = SHARED / "data" / "scifact"
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def server_dir() -> Iterator[Path]:
+    """A data dir (outside /root) holding the session's embedded server."""
+    with tempfile.TemporaryDirectory(prefix="erag-test-", dir="/tmp") as tmp:
+        yield Path(tmp)
+
+
+@pytest.fixture(scope="session")
+def server_dsn(server_dir: Path) -> Iterator[str]:
+    dsn = start_embedded(server_dir)
+    yield dsn
+    from enterprise_rag.db.embedded import stop_embedded
+
+    stop_embedded(server_dir)
+
+
+@pytest.fixture
+def fresh_dsn(server_dsn: str) -> Iterator[str]:
+    """DSN of a new, empty database on the session's server."""
+    name = f"t_{next(_counter)}_{os_pid()}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def os_pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+@pytest.fixture(scope="session")
+def embed_model():  # type: ignore[no-untyped-def]
+    """The real local embedding model, loaded once per session."""
+    from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding
+
+    return LocalMiniLMEmbedding()
+
+
+@pytest.fixture
+def rag(fresh_dsn: str, tmp_path: Path, embed_model) -> Iterator[EnterpriseRAG]:  # type: ignore[no-untyped-def]
+    """An EnterpriseRAG on a fresh database with the real local embedding model."""
+    settings = load_settings(None, database={"dsn": fresh_dsn})
+    instance = EnterpriseRAG(data_dir=tmp_path / "data", settings=settings, embed_model=embed_model)
+    yield instance
+    instance.close()
