@@ -1,0 +1,1 @@
+"""Ingestion: readers, structure-aware hierarchical chunking, ACL stamping, bulk writes."""

@@ -1,0 +1,168 @@
+"""Ingestion: discover -> read -> resolve ACL -> chunk -> embed (deduplicated) -> bulk write.
+
+Files stream through in batches, so memory stays bounded on large folders.
+A file that fails is reported with its path and reason and never stops the
+rest; a batch is written in one transaction, so the store never holds half a
+document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from enterprise_rag.ingest.chunking import build_chunks
+from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.utils import get_tokenizer
+
+from enterprise_rag.config import IngestSettings
+from enterprise_rag.db import Database
+from enterprise_rag.errors import IngestError
+from enterprise_rag.ingest.discovery import discover
+from enterprise_rag.ingest.properties import DocumentRecord, resolve_record
+from enterprise_rag.ingest.report import FailedFile, IngestReport, Progress
+from enterprise_rag.store.writer import PreparedDocument, existing_embeddings, write_documents
+
+logger = logging.getLogger(__name__)
+
+
+def _count_tokens() -> Callable[[str], int]:
+    tokenizer = get_tokenizer()
+    return lambda text: len(tokenizer(text))
+
+
+def _same(record: DocumentRecord, row: tuple[Any, ...]) -> bool:
+    """Whether the stored document row already matches this record exactly."""
+    return row == (
+        record.content_hash, record.allowed_groups, record.allowed_users, record.title, record.version,
+        record.status, record.effective_date, record.metadata, record.source,
+    )  # fmt: skip
+
+
+class Ingestor:
+    """Ingests files into the store with one embedding model and one set of chunking settings."""
+
+    def __init__(self, db: Database, embed_model: BaseEmbedding, settings: IngestSettings) -> None:
+        self._db = db
+        self._embed_model = embed_model
+        self._settings = settings
+        self._count_tokens = _count_tokens()
+
+    def ingest(
+        self,
+        paths: Iterable[str | Path],
+        allowed_groups: Sequence[str] | None = None,
+        allowed_users: Sequence[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: Progress | None = None,
+    ) -> IngestReport:
+        report = IngestReport()
+        started = time.perf_counter()
+        pending: list[PreparedDocument] = []
+        pending_nodes = 0
+        max_bytes = int(self._settings.max_file_mb * 1024 * 1024)
+        groups = list(allowed_groups) if allowed_groups is not None else None
+        users = list(allowed_users) if allowed_users is not None else None
+        for found in discover([paths] if isinstance(paths, (str, Path)) else paths, SUPPORTED_SUFFIXES):
+            if found.reason is not None:
+                self._fail(report, str(found.path), found.reason, progress)
+                continue
+            t0 = time.perf_counter()
+            try:
+                loaded = read_document(found.path, max_bytes)
+                record = resolve_record(loaded, groups, users, metadata)
+                if self._unchanged(record):
+                    report.unchanged.append(record.source)
+                    if progress:
+                        progress(record.source, "unchanged")
+                    continue
+                chunks = build_chunks(
+                    loaded, record.document_id, self._settings.chunk_sizes, self._settings.chunk_overlap,
+                    self._count_tokens,
+                )  # fmt: skip
+                if not any(c.is_leaf for c in chunks):
+                    raise IngestError(record.source, "no text to index after parsing")
+            except IngestError as exc:
+                self._fail(report, exc.path, exc.reason, progress)
+                continue
+            except Exception as exc:  # a reader bug must not sink the batch
+                logger.exception("unexpected error reading %s", found.path)
+                self._fail(report, str(found.path), f"unexpected {type(exc).__name__}: {exc}", progress)
+                continue
+            finally:
+                report.seconds_parse += time.perf_counter() - t0
+            pending.append(PreparedDocument(record=record, chunks=chunks))
+            pending_nodes += len(chunks)
+            if pending_nodes >= self._settings.write_batch_size:
+                self._flush(pending, report, progress)
+                pending, pending_nodes = [], 0
+        self._flush(pending, report, progress)
+        report.seconds = time.perf_counter() - started
+        logger.info("ingest: %s", report.summary())
+        return report
+
+    def _fail(self, report: IngestReport, path: str, reason: str, progress: Progress | None) -> None:
+        logger.warning("not ingested: %s: %s", path, reason)
+        report.failed.append(FailedFile(path, reason))
+        if progress:
+            progress(path, "failed")
+
+    def _unchanged(self, record: DocumentRecord) -> bool:
+        with self._db.connection() as conn:
+            row = conn.execute(
+                "SELECT content_hash, allowed_groups, allowed_users, title, version, status, effective_date,"
+                " metadata, source FROM rag_documents WHERE document_id = %s",
+                (record.document_id,),
+            ).fetchone()
+        return row is not None and _same(record, tuple(row))
+
+    def _flush(self, docs: list[PreparedDocument], report: IngestReport, progress: Progress | None) -> None:
+        if not docs:
+            return
+        self._embed(docs, report)
+        t0 = time.perf_counter()
+        with self._db.connection() as conn:
+            existing = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT document_id FROM rag_documents WHERE document_id = ANY(%s)",
+                    ([d.record.document_id for d in docs],),
+                )
+            }
+            report.nodes_written += write_documents(conn, docs)
+        report.seconds_write += time.perf_counter() - t0
+        for doc in docs:
+            outcome = "updated" if doc.record.document_id in existing else "added"
+            (report.updated if outcome == "updated" else report.added).append(doc.record.source)
+            if progress:
+                progress(doc.record.source, outcome)
+
+    def _embed(self, docs: list[PreparedDocument], report: IngestReport) -> None:
+        """Embed each distinct leaf text once, reusing vectors already in the store."""
+        texts: dict[str, str] = {}
+        for doc in docs:
+            for chunk in doc.chunks:
+                if chunk.is_leaf:
+                    digest = hashlib.sha256(chunk.search_text.encode()).hexdigest()
+                    doc.leaf_hashes[chunk.chunk_id] = digest
+                    texts.setdefault(digest, chunk.search_text)
+        t0 = time.perf_counter()
+        with self._db.connection() as conn:
+            vectors = existing_embeddings(conn, list(texts))
+        todo = sorted((h for h in texts if h not in vectors), key=lambda h: len(texts[h]))
+        if todo:
+            embedded = self._embed_model.get_text_embedding_batch([texts[h] for h in todo])
+            vectors.update(zip(todo, (np.asarray(v, dtype=np.float32) for v in embedded), strict=True))
+        report.seconds_embed += time.perf_counter() - t0
+        report.leaves_embedded += len(todo)
+        report.embeddings_reused += sum(
+            1 for doc in docs for c in doc.chunks if c.is_leaf
+        ) - len(todo)
+        for doc in docs:
+            doc.embeddings = {h: vectors[h] for h in doc.leaf_hashes.values()}

@@ -1,0 +1,1 @@
+"""Permission-scoped hybrid retrieval: SQL fusion, parent merging, rerank, query transforms."""

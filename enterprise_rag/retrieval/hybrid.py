@@ -1,0 +1,182 @@
+"""Dense + full-text search fused by reciprocal rank fusion, in one SQL round trip.
+
+The ACL predicate sits in both halves (and again on the joined rows) with
+bound parameters; no user-supplied value is ever pasted into SQL. HNSW runs
+with pgvector's iterative scan so a selective ACL still yields k rows; when the
+principal can see few chunks the dense half scans them exactly instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import psycopg
+
+from enterprise_rag.principal import Principal
+from enterprise_rag.store.writer import vector_literal
+
+Mode = Literal["hybrid", "dense", "text"]
+_WORD = re.compile(r"[\w][\w.\-']*[\w]|[\w]", re.UNICODE)
+_MAX_QUERY_WORDS = 64
+
+ACL = "(n.allowed_groups && %(groups)s::text[] OR n.allowed_users && %(users)s::text[])"
+
+
+@dataclass
+class Hit:
+    """A leaf chunk found by search, with its fused score and per-side ranks."""
+
+    node_id: str
+    document_id: str
+    parent_id: str | None
+    text: str
+    metadata: dict[str, Any]
+    score: float
+    dense_rank: int | None = None
+    text_rank: int | None = None
+    dense_similarity: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    candidates: int = 50
+    rrf_k: int = 60
+    dense_weight: float = 1.0
+    text_weight: float = 1.0
+    superseded: Literal["demote", "exclude", "keep"] = "demote"
+    superseded_factor: float = 0.5
+    ef_search: int = 100
+    exact_scan_below: int = 20000
+    text_search_config: str = "english"
+
+
+def query_words(question: str) -> list[str]:
+    """Distinct words of a question, in order, for the OR full-text query (bounded)."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(question.lower()):
+        seen.setdefault(word, None)
+    return list(seen)[:_MAX_QUERY_WORDS]
+
+
+def _status_filter(params: SearchParams) -> str:
+    return " AND n.status <> 'superseded'" if params.superseded == "exclude" else ""
+
+
+def _dense_sql(params: SearchParams) -> str:
+    return f"""
+    dense AS (
+        SELECT node_id, dist, row_number() OVER (ORDER BY dist) AS rank
+        FROM (
+            SELECT n.node_id, n.embedding <=> %(qvec)s::vector AS dist
+            FROM rag_nodes n
+            WHERE n.is_leaf AND n.embedding IS NOT NULL AND {ACL}{_status_filter(params)}
+            ORDER BY n.embedding <=> %(qvec)s::vector
+            LIMIT %(n)s
+        ) d
+    )"""
+
+
+def _text_sql(params: SearchParams) -> str:
+    return f"""
+    q AS (
+        SELECT rag_tsquery_or(t) AS query
+        FROM unnest(%(words)s::text[]) AS w, plainto_tsquery(%(cfg)s::regconfig, w) AS t
+        WHERE numnode(t) > 0
+    ),
+    fts AS (
+        SELECT node_id, score, row_number() OVER (ORDER BY score DESC, node_id) AS rank
+        FROM (
+            SELECT n.node_id, ts_rank(n.tsv, q.query, 1) AS score
+            FROM rag_nodes n, q
+            WHERE q.query IS NOT NULL AND n.tsv @@ q.query AND n.is_leaf AND {ACL}{_status_filter(params)}
+            ORDER BY score DESC, n.node_id
+            LIMIT %(n)s
+        ) t
+    )"""
+
+
+def build_search_sql(mode: Mode, params: SearchParams) -> str:
+    """The whole search statement for ``mode``; every value is a bound parameter."""
+    parts, sides = [], []
+    if mode in ("hybrid", "dense"):
+        parts.append(_dense_sql(params))
+        sides.append("SELECT node_id, rank, %(wd)s::float8 AS w, rank AS dense_rank, NULL::bigint AS text_rank,"
+                     " 1 - dist AS sim FROM dense")
+    if mode in ("hybrid", "text"):
+        parts.append(_text_sql(params))
+        sides.append("SELECT node_id, rank, %(wt)s::float8 AS w, NULL::bigint, rank, NULL::float8 FROM fts")
+    demote = (
+        "CASE WHEN n.status = 'superseded' THEN %(demote)s::float8 ELSE 1.0 END"
+        if params.superseded == "demote"
+        else "1.0"
+    )
+    return f"""
+    WITH {", ".join(parts)},
+    fused AS (
+        SELECT node_id, sum(w / (%(rrf_k)s + rank)) AS rrf, min(dense_rank) AS dense_rank,
+               min(text_rank) AS text_rank, max(sim) AS sim
+        FROM ({" UNION ALL ".join(sides)}) s
+        GROUP BY node_id
+    )
+    SELECT n.node_id, n.document_id, n.parent_id, n.text, n.metadata,
+           f.rrf * {demote} AS score, f.dense_rank, f.text_rank, f.sim
+    FROM fused f JOIN rag_nodes n ON n.node_id = f.node_id
+    WHERE {ACL}
+    ORDER BY score DESC, n.node_id
+    LIMIT %(n)s"""
+
+
+def visible_leaf_count(conn: psycopg.Connection, principal: Principal, limit: int) -> int:
+    """How many leaves the principal may see, counted up to ``limit`` (cheap for big scopes)."""
+    row = conn.execute(
+        f"SELECT count(*) FROM (SELECT 1 FROM rag_nodes n WHERE n.is_leaf AND {ACL} LIMIT %(limit)s) s",
+        {"groups": list(principal.groups), "users": principal.users, "limit": limit},
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def search(
+    conn: psycopg.Connection,
+    principal: Principal,
+    question: str,
+    query_vector: np.ndarray | list[float] | None,
+    params: SearchParams,
+    mode: Mode = "hybrid",
+) -> list[Hit]:
+    """Run one search for ``principal``; returns up to ``params.candidates`` fused leaf hits."""
+    if not principal.groups and not principal.users:
+        return []
+    if mode != "text" and query_vector is None:
+        raise ValueError("dense search needs a query vector")
+    values = {
+        "groups": list(principal.groups),
+        "users": principal.users,
+        "qvec": vector_literal(query_vector) if query_vector is not None else None,
+        "words": query_words(question),
+        "cfg": params.text_search_config,
+        "n": params.candidates,
+        "rrf_k": params.rrf_k,
+        "wd": params.dense_weight,
+        "wt": params.text_weight,
+        "demote": params.superseded_factor,
+    }
+    with conn.transaction():
+        if mode != "text":
+            exact = visible_leaf_count(conn, principal, params.exact_scan_below) < params.exact_scan_below
+            if exact:  # small scope: a sequential scan is exact and fast; skip the graph
+                conn.execute("SET LOCAL enable_indexscan = off")
+            else:
+                conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(params.ef_search),))
+        rows = conn.execute(build_search_sql(mode, params), values).fetchall()
+    return [
+        Hit(
+            node_id=r[0], document_id=r[1], parent_id=r[2], text=r[3], metadata=r[4], score=float(r[5]),
+            dense_rank=r[6], text_rank=r[7], dense_similarity=float(r[8]) if r[8] is not None else None,
+        )
+        for r in rows
+    ]

@@ -1,0 +1,167 @@
+"""The permission-scoped retriever: a LlamaIndex ``BaseRetriever`` over our store.
+
+Pipeline per question: optional query transforms -> hybrid search (RRF in SQL,
+ACL in both halves) -> auto-merge into parents (ACL re-checked) -> optional
+rerank -> top k. Users can plug it into their own query engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from enterprise_rag.config import RetrievalSettings
+from enterprise_rag.db import Database
+from enterprise_rag.principal import Principal, require_principal
+from enterprise_rag.retrieval.hybrid import Hit, Mode, SearchParams, search
+from enterprise_rag.retrieval.merging import auto_merge, fetch_ancestors
+from enterprise_rag.retrieval.transforms import (
+    History,
+    expand_queries,
+    hypothetical_document,
+    standalone_question,
+)
+
+logger = logging.getLogger(__name__)
+
+_HIDDEN_FROM_LLM = ["document_id", "level", "pages", "breadcrumb", "status", "version"]
+
+
+@dataclass(frozen=True)
+class RetrievalOptions:
+    """Which optional stages run. Defaults: hybrid, merge on, rewrite with history, no expansion."""
+
+    mode: Mode = "hybrid"
+    merge: bool = True
+    rewrite_with_history: bool = True
+    multi_query: int = 0  # extra LLM phrasings fused by RRF; 0 = off
+    hyde: bool = False
+    rerank: bool = True
+
+
+@dataclass
+class RetrievalResult:
+    nodes: list[NodeWithScore]
+    trace: dict[str, Any] = field(default_factory=dict)
+
+
+def hit_to_node(hit: Hit) -> NodeWithScore:
+    meta = dict(hit.metadata)
+    node = TextNode(
+        id_=hit.node_id,
+        text=hit.text,
+        metadata=meta,
+        excluded_llm_metadata_keys=[k for k in _HIDDEN_FROM_LLM if k in meta],
+        excluded_embed_metadata_keys=list(meta),
+    )
+    return NodeWithScore(node=node, score=hit.score)
+
+
+def fuse_rankings(rankings: list[list[Hit]], rrf_k: int) -> list[Hit]:
+    """Reciprocal rank fusion of several ranked hit lists (multi-query)."""
+    best: dict[str, Hit] = {}
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, start=1):
+            scores[hit.node_id] = scores.get(hit.node_id, 0.0) + 1.0 / (rrf_k + rank)
+            best.setdefault(hit.node_id, hit)
+    order = sorted(scores, key=lambda nid: -scores[nid])
+    return [replace(best[nid], score=scores[nid]) for nid in order]
+
+
+class PermissionScopedRetriever(BaseRetriever):
+    """Retrieves for one principal; construct one per user (they are cheap)."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        embed_model: BaseEmbedding,
+        principal: Principal,
+        settings: RetrievalSettings,
+        text_search_config: str = "english",
+        top_k: int | None = None,
+        history: History | None = None,
+        llm: LLM | None = None,
+        reranker: Any = None,
+        options: RetrievalOptions | None = None,
+    ) -> None:
+        super().__init__()
+        self._principal = require_principal(principal)
+        self._db = db
+        self._embed_model = embed_model
+        self._settings = settings
+        self._top_k = top_k or settings.top_k
+        if self._top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        self._history = list(history or [])
+        self._llm = llm
+        self._reranker = reranker
+        self._options = options or RetrievalOptions()
+        self._params = SearchParams(
+            candidates=max(settings.candidates, self._top_k),
+            rrf_k=settings.rrf_k,
+            dense_weight=settings.dense_weight,
+            text_weight=settings.text_weight,
+            superseded=settings.superseded,
+            ef_search=settings.hnsw_ef_search,
+            exact_scan_below=settings.exact_scan_below,
+            text_search_config=text_search_config,
+        )
+
+    @property
+    def principal(self) -> Principal:
+        return self._principal
+
+    def retrieve_with_trace(self, question: str) -> RetrievalResult:
+        """Retrieve and say what happened (queries, hits per stage, timings) for the trace."""
+        trace: dict[str, Any] = {"question": question, "principal": self._principal.user_id}
+        t0 = time.perf_counter()
+        opts = self._options
+        query = question
+        if self._history and opts.rewrite_with_history:
+            query, trace["rewrite"] = standalone_question(self._llm, question, self._history)
+        queries = [query]
+        if opts.multi_query and self._llm is not None:
+            queries += expand_queries(self._llm, query, opts.multi_query)
+        trace["queries"] = queries
+        embed_texts = list(queries)
+        if opts.hyde and self._llm is not None:
+            embed_texts[0] = hypothetical_document(self._llm, query)
+            trace["hyde"] = embed_texts[0]
+        vectors: list[Any] = [None] * len(queries)
+        if opts.mode != "text":
+            vectors = self._embed_model.get_text_embedding_batch(embed_texts) if len(embed_texts) > 1 else [
+                self._embed_model.get_query_embedding(embed_texts[0])
+            ]
+        with self._db.connection() as conn:
+            rankings = [search(conn, self._principal, q, v, self._params, opts.mode) for q, v in zip(queries, vectors, strict=False)]
+            hits = rankings[0] if len(rankings) == 1 else fuse_rankings(rankings, self._params.rrf_k)
+            trace["candidates"] = [(h.node_id, round(h.score, 5), h.dense_rank, h.text_rank) for h in hits]
+            if opts.merge and hits:
+                window = hits[: max(self._top_k * 3, 10)]
+                parents = fetch_ancestors(conn, self._principal, sorted({h.parent_id for h in window if h.parent_id}))
+                hits = auto_merge(window, parents, self._settings.merge_threshold) + hits[len(window):]
+                trace["merged"] = [(h.node_id, h.extra.get("merged_from")) for h in hits if h.extra.get("merged_from")]
+        nodes = [hit_to_node(h) for h in hits]
+        if opts.rerank and self._reranker is not None and nodes:
+            nodes = self._reranker.postprocess_nodes(nodes, query_bundle=QueryBundle(query))
+            trace["reranked"] = True
+        nodes = nodes[: self._top_k]
+        trace["results"] = [(n.node.node_id, round(n.score or 0.0, 5)) for n in nodes]
+        trace["ms"] = round((time.perf_counter() - t0) * 1000, 1)
+        return RetrievalResult(nodes=nodes, trace=trace)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self.retrieve_with_trace(query_bundle.query_str).nodes
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return await asyncio.to_thread(self._retrieve, query_bundle)

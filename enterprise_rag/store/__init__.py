@@ -1,0 +1,1 @@
+"""Reading and writing documents and chunk nodes in PostgreSQL."""
