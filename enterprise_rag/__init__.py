@@ -13,6 +13,7 @@ from enterprise_rag.errors import (  # noqa: E402
     PermissionDeniedError,
     RagError,
     StoreError,
+    WebSearchError,
 )
 from enterprise_rag.principal import Principal  # noqa: E402
 from enterprise_rag.rag import EnterpriseRAG  # noqa: E402
@@ -28,5 +29,6 @@ __all__ = [
     "Principal",
     "RagError",
     "StoreError",
+    "WebSearchError",
 ]
 __version__ = "0.1.0"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -93,16 +94,58 @@ class RerankerSettings(_Section):
     api_key: SecretStr | None = Field(None, description="Cohere API key (else COHERE_API_KEY).")
 
 
-class WebSearchSettings(_Section):
-    """Web fallback. Off unless a provider is set AND the asker is in an egress group."""
+_DOMAIN = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$")
 
-    provider: Literal["disabled", "tavily"] = Field("disabled", description="Web fallback source.")
+
+def normalize_domain(value: str) -> str:
+    """A bare, lower-case domain name (``*.`` / leading dot / trailing dot dropped) or :class:`ValueError`.
+
+    >>> normalize_domain("*.Docs.Python.org.")
+    'docs.python.org'
+    """
+    domain = value.strip().lower()
+    domain = domain.removeprefix("*.").lstrip(".").rstrip(".")
+    if not _DOMAIN.match(domain):
+        raise ValueError(
+            f"{value!r} is not a bare domain name: write e.g. docs.python.org (no scheme, path, port or wildcard)"
+        )
+    return domain
+
+
+class WebSearchSettings(_Section):
+    """Web fallback. Tavily is used only when the asker is in an egress group; curated is local.
+
+    ``tavily`` sends the question to the Tavily API (it leaves the machine), so it
+    needs ``egress_groups``; ``curated`` searches a local folder of vetted
+    documents and needs no egress permission.
+    """
+
+    provider: Literal["disabled", "tavily", "curated"] = Field(
+        "disabled", description="Web fallback source: disabled, tavily (API) or curated (local folder)."
+    )
     api_key: SecretStr | None = Field(None, description="Tavily API key (else TAVILY_API_KEY).")
+    curated_dir: Path | None = Field(
+        None, description="Folder of curated .md/.txt/.html sources; required when provider is curated."
+    )
     allowed_domains: list[str] = Field(default_factory=list, description="Domain allow-list for results.")
     egress_groups: list[str] = Field(
         default_factory=list, description="Groups whose questions may leave the machine (empty = nobody)."
     )
     max_results: int = Field(5, ge=1, le=20, description="Results per web query.")
+
+    @field_validator("allowed_domains")
+    @classmethod
+    def _bare_domains(cls, domains: list[str]) -> list[str]:
+        return list(dict.fromkeys(normalize_domain(d) for d in domains))
+
+    @model_validator(mode="after")
+    def _curated_needs_a_folder(self) -> WebSearchSettings:
+        if self.provider == "curated" and self.curated_dir is None:
+            raise ValueError(
+                "web_search.curated_dir is required when web_search.provider is curated "
+                "(a folder of curated .md/.txt/.html documents)"
+            )
+        return self
 
 
 class IngestSettings(_Section):

@@ -44,5 +44,9 @@ class LLMError(RagError):
     """An LLM call failed after its retries (timeout, rate limit, server error, malformed output)."""
 
 
+class WebSearchError(RagError):
+    """A web search call failed (bad key, quota, timeout, unreachable service); never carries the API key."""
+
+
 class NotYetAvailableError(RagError, NotImplementedError):
     """A public method whose implementation has not landed yet."""

@@ -21,6 +21,7 @@ from enterprise_rag.config import LLMRoleSettings, RagSettings
 from enterprise_rag.errors import ConfigError
 from enterprise_rag.extras import require
 from enterprise_rag.providers.model_files import require_model
+from enterprise_rag.providers.web_search import CuratedWebSearch, EgressPolicy, TavilyWebSearch, WebSearch
 
 
 def _secret(value: Any, env: str) -> str | None:
@@ -74,21 +75,36 @@ def _openai_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
 
 def _cohere_reranker(s: RagSettings, data_dir: Path) -> Any:
     module = require("llama_index.postprocessor.cohere_rerank", "cohere")
-    return module.CohereRerank(
-        model=s.reranker.model, top_n=s.reranker.top_n, api_key=_secret(s.reranker.api_key, "COHERE_API_KEY")
-    )
+    key = _secret(s.reranker.api_key, "COHERE_API_KEY")
+    if not key:
+        raise ConfigError("reranker.api_key: Cohere rerank needs an API key (or COHERE_API_KEY)")
+    return module.CohereRerank(model=s.reranker.model, top_n=s.reranker.top_n, api_key=key)
 
 
 def _no_reranker(s: RagSettings, data_dir: Path) -> None:
     return None
 
 
-def _tavily_client(s: RagSettings, data_dir: Path) -> Any:
+def _tavily_search(s: RagSettings, data_dir: Path) -> WebSearch:
     module = require("tavily", "tavily")
     key = _secret(s.web_search.api_key, "TAVILY_API_KEY")
     if not key:
         raise ConfigError("web_search.api_key: Tavily needs an API key (or TAVILY_API_KEY)")
-    return module.TavilyClient(api_key=key)
+    return TavilyWebSearch(
+        module.TavilyClient(api_key=key),
+        allowed_domains=s.web_search.allowed_domains,
+        max_results=s.web_search.max_results,
+    )
+
+
+def _curated_search(s: RagSettings, data_dir: Path) -> WebSearch:
+    folder = s.web_search.curated_dir
+    if folder is None:  # the settings validator already refuses this; kept for settings built by hand
+        raise ConfigError("web_search.curated_dir: required when web_search.provider is curated")
+    folder = folder.expanduser()
+    if not folder.is_dir():
+        raise ConfigError(f"web_search.curated_dir: {folder} does not exist or is not a folder")
+    return CuratedWebSearch(folder, max_results=s.web_search.max_results)
 
 
 def _no_web(s: RagSettings, data_dir: Path) -> None:
@@ -107,9 +123,10 @@ RERANKERS: dict[str, Callable[[RagSettings, Path], Any]] = {
     "none": _no_reranker,
     "cohere": _cohere_reranker,
 }
-WEB_SEARCH: dict[str, Callable[[RagSettings, Path], Any]] = {
+WEB_SEARCH: dict[str, Callable[[RagSettings, Path], WebSearch | None]] = {
     "disabled": _no_web,
-    "tavily": _tavily_client,
+    "tavily": _tavily_search,
+    "curated": _curated_search,
 }
 
 
@@ -164,9 +181,20 @@ class Providers:
         return self._get("reranker", lambda: RERANKERS[s.reranker.provider](s, self.data_dir))
 
     @property
-    def web_search(self) -> Any:
+    def web_search(self) -> WebSearch | None:
+        """The web fallback source, or None when ``web_search.provider`` is disabled."""
         s = self.settings
-        return self._get("web_search", lambda: WEB_SEARCH[s.web_search.provider](s, self.data_dir))
+        return self._get(  # type: ignore[no-any-return]
+            "web_search", lambda: WEB_SEARCH[s.web_search.provider](s, self.data_dir)
+        )
+
+    @property
+    def egress_policy(self) -> EgressPolicy:
+        """Who may use :attr:`web_search` (builds the source on first use)."""
+        s = self.settings
+        return self._get(  # type: ignore[no-any-return]
+            "egress_policy", lambda: EgressPolicy(self.web_search, s.web_search.egress_groups)
+        )
 
     def describe(self) -> dict[str, str]:
         """Configured model ids per role, without building anything."""
@@ -175,6 +203,8 @@ class Providers:
             "embedding": f"{s.embedding.provider}:{s.embedding.model} ({s.embedding.dimensions}-d)",
             "generator": f"{s.llm.generator.provider}:{s.llm.generator.model}",
             "grader": f"{s.llm.grader.provider}:{s.llm.grader.model}",
-            "reranker": s.reranker.provider if s.reranker.provider == "none" else f"{s.reranker.provider}:{s.reranker.model}",
-            "web_search": s.web_search.provider,
+            "reranker": "none" if s.reranker.provider == "none" else f"{s.reranker.provider}:{s.reranker.model}",
+            "web_search": f"curated:{s.web_search.curated_dir}"
+            if s.web_search.provider == "curated"
+            else s.web_search.provider,
         }
