@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -64,3 +66,13 @@ class Chunk:
     def search_text(self) -> str:
         """What is embedded and indexed: breadcrumb, then text."""
         return f"{self.breadcrumb}\n{self.text}" if self.breadcrumb else self.text
+
+
+def text_document(source: str, title: str, text: str, properties: dict[str, Any] | None = None) -> LoadedDocument:
+    """A document from in-memory text (e.g. a dataset record): paragraphs split on blank lines."""
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    digest = hashlib.sha256(f"{title}\n{text}".encode()).hexdigest()
+    return LoadedDocument(
+        source=source, title=title, blocks=[Block(p) for p in paragraphs], content_hash=digest,
+        properties=dict(properties or {}),
+    )  # fmt: skip

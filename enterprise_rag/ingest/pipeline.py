@@ -11,21 +11,22 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from enterprise_rag.ingest.chunking import build_chunks
-from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.utils import get_tokenizer
 
 from enterprise_rag.config import IngestSettings
 from enterprise_rag.db import Database
 from enterprise_rag.errors import IngestError
+from enterprise_rag.ingest.chunking import build_chunks
 from enterprise_rag.ingest.discovery import discover
+from enterprise_rag.ingest.model import LoadedDocument
 from enterprise_rag.ingest.properties import DocumentRecord, resolve_record
+from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
 from enterprise_rag.ingest.report import FailedFile, IngestReport, Progress
 from enterprise_rag.store.writer import PreparedDocument, existing_embeddings, write_documents
 
@@ -62,20 +63,49 @@ class Ingestor:
         metadata: dict[str, Any] | None = None,
         progress: Progress | None = None,
     ) -> IngestReport:
+        """Ingest files and folders; see :meth:`EnterpriseRAG.ingest`."""
+        max_bytes = int(self._settings.max_file_mb * 1024 * 1024)
+
+        def load() -> Iterator[LoadedDocument | FailedFile]:
+            for found in discover(paths, SUPPORTED_SUFFIXES):
+                if found.reason is not None:
+                    yield FailedFile(str(found.path), found.reason)
+                    continue
+                try:
+                    yield read_document(found.path, max_bytes)
+                except IngestError as exc:
+                    yield FailedFile(exc.path, exc.reason)
+                except Exception as exc:  # a reader bug must not sink the batch
+                    logger.exception("unexpected error reading %s", found.path)
+                    yield FailedFile(str(found.path), f"unexpected {type(exc).__name__}: {exc}")
+
+        return self.ingest_documents(load(), allowed_groups, allowed_users, metadata, progress)
+
+    def ingest_documents(
+        self,
+        documents: Iterable[LoadedDocument | FailedFile],
+        allowed_groups: Sequence[str] | None = None,
+        allowed_users: Sequence[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: Progress | None = None,
+    ) -> IngestReport:
+        """Ingest already loaded documents (e.g. records of a dataset), streaming in batches."""
         report = IngestReport()
         started = time.perf_counter()
         pending: list[PreparedDocument] = []
         pending_nodes = 0
-        max_bytes = int(self._settings.max_file_mb * 1024 * 1024)
         groups = list(allowed_groups) if allowed_groups is not None else None
         users = list(allowed_users) if allowed_users is not None else None
-        for found in discover([paths] if isinstance(paths, (str, Path)) else paths, SUPPORTED_SUFFIXES):
-            if found.reason is not None:
-                self._fail(report, str(found.path), found.reason, progress)
-                continue
+        documents = iter(documents)
+        while True:
             t0 = time.perf_counter()
+            loaded = next(documents, None)
+            if loaded is None:
+                report.seconds_parse += time.perf_counter() - t0
+                break
             try:
-                loaded = read_document(found.path, max_bytes)
+                if isinstance(loaded, FailedFile):
+                    raise IngestError(loaded.path, loaded.reason)
                 record = resolve_record(loaded, groups, users, metadata)
                 if self._unchanged(record):
                     report.unchanged.append(record.source)
@@ -90,10 +120,6 @@ class Ingestor:
                     raise IngestError(record.source, "no text to index after parsing")
             except IngestError as exc:
                 self._fail(report, exc.path, exc.reason, progress)
-                continue
-            except Exception as exc:  # a reader bug must not sink the batch
-                logger.exception("unexpected error reading %s", found.path)
-                self._fail(report, str(found.path), f"unexpected {type(exc).__name__}: {exc}", progress)
                 continue
             finally:
                 report.seconds_parse += time.perf_counter() - t0
@@ -161,8 +187,6 @@ class Ingestor:
             vectors.update(zip(todo, (np.asarray(v, dtype=np.float32) for v in embedded), strict=True))
         report.seconds_embed += time.perf_counter() - t0
         report.leaves_embedded += len(todo)
-        report.embeddings_reused += sum(
-            1 for doc in docs for c in doc.chunks if c.is_leaf
-        ) - len(todo)
+        report.embeddings_reused += sum(1 for doc in docs for c in doc.chunks if c.is_leaf) - len(todo)
         for doc in docs:
             doc.embeddings = {h: vectors[h] for h in doc.leaf_hashes.values()}

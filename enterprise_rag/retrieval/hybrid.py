@@ -108,7 +108,8 @@ def build_search_sql(mode: Mode, params: SearchParams) -> str:
                      " 1 - dist AS sim FROM dense")
     if mode in ("hybrid", "text"):
         parts.append(_text_sql(params))
-        sides.append("SELECT node_id, rank, %(wt)s::float8 AS w, NULL::bigint, rank, NULL::float8 FROM fts")
+        sides.append("SELECT node_id, rank, %(wt)s::float8 AS w, NULL::bigint AS dense_rank, rank AS text_rank,"
+                     " NULL::float8 AS sim FROM fts")
     demote = (
         "CASE WHEN n.status = 'superseded' THEN %(demote)s::float8 ELSE 1.0 END"
         if params.superseded == "demote"
