@@ -173,6 +173,9 @@ class RetrievalSettings(_Section):
     merge_threshold: float = Field(
         0.5, gt=0, le=1, description="Share of a parent's children that must hit for the parent to replace them."
     )
+    section_window_chars: int = Field(
+        1600, ge=0, description="A leaf hit grows with neighbours of its own section up to this many characters."
+    )
     superseded: Literal["demote", "exclude", "keep"] = Field(
         "demote", description="How documents with status superseded are treated."
     )

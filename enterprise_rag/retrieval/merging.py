@@ -7,7 +7,7 @@ fetches parents one by one from a docstore, outside any permission filter).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -85,3 +85,68 @@ def auto_merge(hits: list[Hit], parents: dict[str, ParentRow], threshold: float)
             )  # fmt: skip
             dropped.update(idx)
         current = [replaced.get(i, h) for i, h in enumerate(current) if i not in dropped or i in replaced]
+
+
+_SIBLINGS_SQL = f"""
+SELECT h.node_id, n.node_id, n.position, n.text, n.metadata->'pages'
+FROM rag_nodes h
+JOIN rag_nodes n ON n.parent_id = h.parent_id AND n.breadcrumb = h.breadcrumb AND n.is_leaf
+WHERE h.node_id = ANY(%(ids)s) AND h.is_leaf AND {ACL}
+ORDER BY h.node_id, n.position
+"""
+
+
+def expand_within_section(
+    conn: psycopg.Connection, principal: Principal, hits: list[Hit], budget_chars: int
+) -> list[Hit]:
+    """Grow each leaf hit with its neighbours from the same section, up to ``budget_chars``.
+
+    A table after its one-line introduction, or the rest of a short list, then
+    arrives with the hit. Neighbours must share the hit's parent and heading
+    path (never another section) and pass the ACL. A hit whose window already
+    contains a better-ranked hit is dropped, so no text is returned twice.
+    """
+    leaves = [h for h in hits if not h.extra.get("merged_from")]
+    if budget_chars <= 0 or not leaves:
+        return hits
+    rows = conn.execute(
+        _SIBLINGS_SQL, {"ids": [h.node_id for h in leaves], "groups": list(principal.groups), "users": principal.users}
+    ).fetchall()
+    siblings: dict[str, list[tuple[str, int, str, list[int] | None]]] = {}
+    for hit_id, node_id, position, text, pages in rows:
+        siblings.setdefault(hit_id, []).append((node_id, position, text, pages))
+    covered: set[str] = set()
+    out: list[Hit] = []
+    for hit in hits:
+        if hit.node_id in covered:
+            continue
+        group = siblings.get(hit.node_id)
+        if not group:
+            out.append(hit)
+            continue
+        window = _window(group, hit.node_id, budget_chars)
+        ids = [s[0] for s in window]
+        covered.update(ids)
+        pages = sorted({p for s in window for p in (s[3] or [])})
+        meta = {**hit.metadata, "pages": pages or hit.metadata.get("pages", []),
+                "page": pages[0] if pages else hit.metadata.get("page")}  # fmt: skip
+        out.append(replace(hit, text="\n\n".join(s[2] for s in window), metadata=meta,
+                           extra={**hit.extra, "expanded_with": [i for i in ids if i != hit.node_id]}))  # fmt: skip
+    return out
+
+
+def _window(
+    group: list[tuple[str, int, str, list[int] | None]], hit_id: str, budget: int
+) -> list[tuple[str, int, str, list[int] | None]]:
+    """The hit plus neighbours, alternately after and before it, while the budget lasts."""
+    at = next(i for i, s in enumerate(group) if s[0] == hit_id)
+    lo, hi, size = at, at, len(group[at][2])
+    while True:
+        grown = False
+        for candidate in (hi + 1, lo - 1):
+            if 0 <= candidate < len(group) and size + len(group[candidate][2]) <= budget:
+                size += len(group[candidate][2])
+                lo, hi = min(lo, candidate), max(hi, candidate)
+                grown = True
+        if not grown:
+            return group[lo : hi + 1]

@@ -22,7 +22,7 @@ from enterprise_rag.config import RetrievalSettings
 from enterprise_rag.db import Database
 from enterprise_rag.principal import Principal, require_principal
 from enterprise_rag.retrieval.hybrid import Hit, Mode, SearchParams, search
-from enterprise_rag.retrieval.merging import auto_merge, fetch_ancestors
+from enterprise_rag.retrieval.merging import auto_merge, expand_within_section, fetch_ancestors
 from enterprise_rag.retrieval.transforms import (
     History,
     expand_queries,
@@ -45,6 +45,7 @@ class RetrievalOptions:
     multi_query: int = 0  # extra LLM phrasings fused by RRF; 0 = off
     hyde: bool = False
     rerank: bool = True
+    expand_section: bool = True
 
 
 @dataclass
@@ -151,6 +152,13 @@ class PermissionScopedRetriever(BaseRetriever):
                 parents = fetch_ancestors(conn, self._principal, sorted({h.parent_id for h in window if h.parent_id}))
                 hits = auto_merge(window, parents, self._settings.merge_threshold) + hits[len(window):]
                 trace["merged"] = [(h.node_id, h.extra.get("merged_from")) for h in hits if h.extra.get("merged_from")]
+            if opts.expand_section and hits:
+                # Expanding may drop a hit covered by a better one's window; expand a little more than k.
+                head = expand_within_section(
+                    conn, self._principal, hits[: self._top_k * 2], self._settings.section_window_chars
+                )
+                hits = head + hits[self._top_k * 2 :]
+                trace["expanded"] = [(h.node_id, h.extra["expanded_with"]) for h in head if h.extra.get("expanded_with")]
         nodes = [hit_to_node(h) for h in hits]
         if opts.rerank and self._reranker is not None and nodes:
             nodes = self._reranker.postprocess_nodes(nodes, query_bundle=QueryBundle(query))
