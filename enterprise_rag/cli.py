@@ -25,6 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from enterprise_rag.cli_eval import eval_command
 from enterprise_rag.errors import ConfigError, ModelError, PermissionDeniedError, RagError, StoreError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Permission-scoped, cited RAG over your documents.")
@@ -34,7 +35,7 @@ app.add_typer(models_app, name="models")
 out = Console()
 err = Console(stderr=True)
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file (default: built-in defaults).")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file (default: built-ins).")]
 DataDirOpt = Annotated[Path | None, typer.Option("--data-dir", help="Data dir for the embedded store and models.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
@@ -127,9 +128,9 @@ def delete(
     with _rag(config, data_dir) as rag:
         for doc in documents:
             if rag.delete(doc):
-                out.print(f"deleted {doc}")
+                out.print(f"deleted {doc}", markup=False, highlight=False, soft_wrap=True)
             else:
-                err.print(f"not found: {doc}")
+                err.print(f"not found: {doc}", markup=False, highlight=False, soft_wrap=True)
                 missing += 1
     if missing:
         raise typer.Exit(1)
@@ -166,6 +167,9 @@ def search(
         out.print(row["text"][:400], markup=False, highlight=False)
 
 
+app.command("eval")(eval_command)
+
+
 _EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (ConfigError, 2),
     (PermissionDeniedError, 2),
@@ -175,26 +179,39 @@ _EXIT_CODES: list[tuple[type[BaseException], int]] = [
 ]
 
 
+def _is_usage_error(exc: BaseException) -> bool:
+    """A click usage error; newer typer vendors click, and its copies derive from typer.TyperException."""
+    kinds = [k for k in (getattr(typer, "TyperException", None),) if isinstance(k, type)]
+    try:
+        import click
+
+        kinds.append(click.ClickException)
+    except ImportError:  # not a dependency of newer typer
+        pass
+    return isinstance(exc, tuple(kinds))
+
+
 def main() -> None:
     """Console entry point: one-line errors, documented exit codes."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # non-standalone click returns typer.Exit's code instead of raising
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         err.print("aborted")
         sys.exit(130)
     except Exception as exc:  # click usage errors and ours, as one line
-        import click
-
-        if isinstance(exc, click.ClickException):
-            err.print(f"error: {exc.format_message()}", markup=False, highlight=False)
+        if _is_usage_error(exc):
+            message = exc.format_message()  # type: ignore[attr-defined]
+            err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
             sys.exit(2)
         code = next((c for kind, c in _EXIT_CODES if isinstance(exc, kind)), None)
         if code is None:
             raise
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(code)
 
 

@@ -1,0 +1,27 @@
+"""Checks that run in code on every generated answer (no LLM needed)."""
+
+from __future__ import annotations
+
+from enterprise_rag.validation.citations import (
+    CITATION,
+    NOT_FOUND_PHRASES,
+    CitationIssue,
+    CitationReport,
+    check_citations,
+    cited_labels,
+    normalise,
+    split_sentences,
+    strip_citations,
+)
+
+__all__ = [
+    "CITATION",
+    "NOT_FOUND_PHRASES",
+    "CitationIssue",
+    "CitationReport",
+    "check_citations",
+    "cited_labels",
+    "normalise",
+    "split_sentences",
+    "strip_citations",
+]
