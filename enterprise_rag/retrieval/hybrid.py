@@ -54,6 +54,30 @@ class SearchParams:
     text_search_config: str = "english"
 
 
+def _storable(name: str) -> bool:
+    """Whether PostgreSQL text can hold ``name`` (no NUL byte, valid UTF-8)."""
+    if "\x00" in name:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates, e.g. from json.loads('"\\ud800"')
+        return False
+    return True
+
+
+def acl_values(principal: Principal) -> dict[str, list[str]]:
+    """The principal's groups and user ids as bound ACL parameters.
+
+    Names PostgreSQL cannot store (a NUL byte, a lone surrogate) are dropped:
+    no stored ACL can contain them, so they match nothing, and sending them
+    would only fail in the driver. Dropping a name never widens access.
+    """
+    return {
+        "groups": [g for g in principal.groups if _storable(g)],
+        "users": [u for u in principal.users if _storable(u)],
+    }
+
+
 def query_words(question: str) -> list[str]:
     """Distinct words of a question, in order, for the OR full-text query (bounded)."""
     seen: dict[str, None] = {}
@@ -135,7 +159,7 @@ def visible_leaf_count(conn: psycopg.Connection, principal: Principal, limit: in
     """How many leaves the principal may see, counted up to ``limit`` (cheap for big scopes)."""
     row = conn.execute(
         f"SELECT count(*) FROM (SELECT 1 FROM rag_nodes n WHERE n.is_leaf AND {ACL} LIMIT %(limit)s) s",
-        {"groups": list(principal.groups), "users": principal.users, "limit": limit},
+        {**acl_values(principal), "limit": limit},
     ).fetchone()
     return int(row[0]) if row else 0
 
@@ -149,13 +173,13 @@ def search(
     mode: Mode = "hybrid",
 ) -> list[Hit]:
     """Run one search for ``principal``; returns up to ``params.candidates`` fused leaf hits."""
-    if not principal.groups and not principal.users:
+    acl = acl_values(principal)
+    if not acl["groups"] and not acl["users"]:
         return []
     if mode != "text" and query_vector is None:
         raise ValueError("dense search needs a query vector")
     values = {
-        "groups": list(principal.groups),
-        "users": principal.users,
+        **acl,
         "qvec": vector_literal(query_vector) if query_vector is not None else None,
         "words": query_words(question),
         "cfg": params.text_search_config,
@@ -167,12 +191,15 @@ def search(
     }
     with conn.transaction():
         if mode != "text":
+            # Iterative scan whenever HNSW may run, so a selective ACL still yields k rows even if the
+            # planner picks the graph below (e.g. a session that disables sequential/bitmap scans).
+            conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(params.ef_search),))
             exact = visible_leaf_count(conn, principal, params.exact_scan_below) < params.exact_scan_below
-            if exact:  # small scope: a sequential scan is exact and fast; skip the graph
+            if exact:  # small scope: a sequential/bitmap scan is exact and fast; skip the graph
                 conn.execute("SET LOCAL enable_indexscan = off")
-            else:
-                conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(params.ef_search),))
+                conn.execute("SET LOCAL enable_seqscan = on")
+                conn.execute("SET LOCAL enable_bitmapscan = on")
         rows = conn.execute(build_search_sql(mode, params), values).fetchall()
     return [
         Hit(

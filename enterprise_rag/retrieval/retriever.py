@@ -32,7 +32,7 @@ from enterprise_rag.retrieval.transforms import (
 
 logger = logging.getLogger(__name__)
 
-_HIDDEN_FROM_LLM = ["document_id", "level", "pages", "breadcrumb", "status", "version"]
+_HIDDEN_FROM_LLM = ["document_id", "level", "pages", "breadcrumb", "status", "version", "similarity"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,8 @@ class RetrievalResult:
 
 def hit_to_node(hit: Hit) -> NodeWithScore:
     meta = dict(hit.metadata)
+    if hit.dense_similarity is not None:
+        meta["similarity"] = round(hit.dense_similarity, 4)
     node = TextNode(
         id_=hit.node_id,
         text=hit.text,
@@ -140,17 +142,22 @@ class PermissionScopedRetriever(BaseRetriever):
             trace["hyde"] = embed_texts[0]
         vectors: list[Any] = [None] * len(queries)
         if opts.mode != "text":
-            vectors = self._embed_model.get_text_embedding_batch(embed_texts) if len(embed_texts) > 1 else [
-                self._embed_model.get_query_embedding(embed_texts[0])
-            ]
+            vectors = (
+                self._embed_model.get_text_embedding_batch(embed_texts)
+                if len(embed_texts) > 1
+                else [self._embed_model.get_query_embedding(embed_texts[0])]
+            )
         with self._db.connection() as conn:
-            rankings = [search(conn, self._principal, q, v, self._params, opts.mode) for q, v in zip(queries, vectors, strict=False)]
+            rankings = [
+                search(conn, self._principal, q, v, self._params, opts.mode)
+                for q, v in zip(queries, vectors, strict=False)
+            ]
             hits = rankings[0] if len(rankings) == 1 else fuse_rankings(rankings, self._params.rrf_k)
             trace["candidates"] = [(h.node_id, round(h.score, 5), h.dense_rank, h.text_rank) for h in hits]
             if opts.merge and hits:
                 window = hits[: max(self._top_k * 3, 10)]
                 parents = fetch_ancestors(conn, self._principal, sorted({h.parent_id for h in window if h.parent_id}))
-                hits = auto_merge(window, parents, self._settings.merge_threshold) + hits[len(window):]
+                hits = auto_merge(window, parents, self._settings.merge_threshold) + hits[len(window) :]
                 trace["merged"] = [(h.node_id, h.extra.get("merged_from")) for h in hits if h.extra.get("merged_from")]
             if opts.expand_section and hits:
                 # Expanding may drop a hit covered by a better one's window; expand a little more than k.
@@ -158,7 +165,9 @@ class PermissionScopedRetriever(BaseRetriever):
                     conn, self._principal, hits[: self._top_k * 2], self._settings.section_window_chars
                 )
                 hits = head + hits[self._top_k * 2 :]
-                trace["expanded"] = [(h.node_id, h.extra["expanded_with"]) for h in head if h.extra.get("expanded_with")]
+                trace["expanded"] = [
+                    (h.node_id, h.extra["expanded_with"]) for h in head if h.extra.get("expanded_with")
+                ]
         nodes = [hit_to_node(h) for h in hits]
         if opts.rerank and self._reranker is not None and nodes:
             nodes = self._reranker.postprocess_nodes(nodes, query_bundle=QueryBundle(query))

@@ -109,6 +109,11 @@ class PgRagVectorStore(BasePydanticVectorStore):
             raise ValueError(f"unsupported query mode {query.mode}")
         if query.filters is not None:
             raise ValueError("metadata filters are not supported; permissions come from the principal")
+        if query.query_embedding is None and mode != "text":
+            # LlamaIndex embeds nothing for an empty question: nothing to rank by similarity.
+            if mode == "dense":
+                return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
+            mode = "text"
         params = SearchParams(candidates=query.similarity_top_k, text_search_config=self.text_search_config)
         with self._db.connection() as conn:
             hits = search(conn, self._principal, query.query_str or "", query.query_embedding, params, mode)  # type: ignore[arg-type]
