@@ -173,6 +173,9 @@ class RetrievalSettings(_Section):
     merge_threshold: float = Field(
         0.5, gt=0, le=1, description="Share of a parent's children that must hit for the parent to replace them."
     )
+    merge_max_chars: int = Field(
+        2400, ge=0, description="Parents longer than this are never merged into (keeps contexts small); 0 = no limit."
+    )
     section_window_chars: int = Field(
         1600, ge=0, description="A leaf hit grows with neighbours of its own section up to this many characters."
     )
@@ -183,6 +186,38 @@ class RetrievalSettings(_Section):
     exact_scan_below: int = Field(
         20000, ge=0, description="Visible chunks under which the dense side scans exactly instead of HNSW."
     )
+
+
+class WorkflowSettings(_Section):
+    """Bounds and thresholds of the corrective answer workflow (every loop has a cap)."""
+
+    top_k: int = Field(5, ge=1, le=20, description="Passages retrieved per attempt and graded.")
+    max_sources: int = Field(5, ge=1, le=20, description="Sources given to the generator at most.")
+    grade_floor: float = Field(
+        0.12, ge=-1, le=1, description="Dense similarity under which a passage is rejected without an LLM call."
+    )
+    grade_passage_chars: int = Field(700, ge=100, description="Characters of each passage shown to the grader.")
+    min_yes: int = Field(1, ge=1, description="Passages graded yes needed to proceed without correction.")
+    max_query_rewrites: int = Field(2, ge=0, le=5, description="Rewrite-and-retrieve rounds before web fallback.")
+    max_citation_revisions: int = Field(1, ge=0, le=5, description="Revisions after a failed citation check.")
+    max_hallucination_retries: int = Field(2, ge=0, le=5, description="Revisions after unsupported claims.")
+    max_usefulness_retries: int = Field(1, ge=0, le=5, description="Reruns after an answer that misses the question.")
+    refine_floor: float = Field(
+        0.1, ge=-1, le=1, description="Strips below this similarity and sharing no word with the question are dropped."
+    )
+    answer_max_tokens: int = Field(384, ge=32, description="Tokens for an answer.")
+    check_max_tokens: int = Field(320, ge=32, description="Tokens for the support and usefulness check.")
+    web_phrasings: int = Field(3, ge=1, le=5, description="Query phrasings searched on a full web fallback.")
+    web_confidence_cap: float = Field(
+        0.5, ge=0, le=1, description="Highest confidence of an answer resting on web sources with weak corpus hits."
+    )
+    web_support_threshold: float = Field(
+        1.0, ge=0, le=1, description="Share of supported claims required when web sources are used (stricter)."
+    )
+    support_threshold: float = Field(0.75, ge=0, le=1, description="Share of supported claims required otherwise.")
+    llm_timeout_s: float = Field(240.0, gt=0, description="Seconds before one LLM call is abandoned and retried.")
+    llm_max_retries: int = Field(2, ge=0, le=5, description="Retries of a failed LLM call, with backoff.")
+    llm_backoff_s: float = Field(1.0, ge=0, description="First backoff between retries (doubles each time).")
 
 
 class RagSettings(BaseSettings):
@@ -201,6 +236,7 @@ class RagSettings(BaseSettings):
     web_search: WebSearchSettings = Field(default_factory=WebSearchSettings, description="Web fallback.")
     ingest: IngestSettings = Field(default_factory=IngestSettings, description="Ingestion.")
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings, description="Retrieval.")
+    workflow: WorkflowSettings = Field(default_factory=WorkflowSettings, description="Answer workflow.")
 
     @model_validator(mode="after")
     def _local_embedding_dimension(self) -> RagSettings:

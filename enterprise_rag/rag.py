@@ -12,6 +12,8 @@ from llama_index.core.schema import NodeWithScore
 
 from enterprise_rag.config import RagSettings, load_settings
 from enterprise_rag.db import Database
+from enterprise_rag.errors import PermissionDeniedError
+from enterprise_rag.evaluation.payload import QueryResult
 from enterprise_rag.ingest.properties import document_id_for
 from enterprise_rag.ingest.report import IngestReport, Progress
 from enterprise_rag.principal import Principal, require_principal
@@ -127,6 +129,41 @@ class EnterpriseRAG:
     ) -> list[NodeWithScore]:
         """Passages ``user`` may read that best answer ``question``, parents merged, best first."""
         return self.as_retriever(user, top_k=top_k, history=history).retrieve(question)
+
+    async def aquery(
+        self, question: str, user: Principal, history: History | None = None, trace_id: str | None = None
+    ) -> QueryResult:
+        """Answer with citations and checks; see :meth:`query`."""
+        from enterprise_rag.workflow.runner import run_query
+
+        return await run_query(self, question, require_principal(user), history, trace_id)
+
+    def query(
+        self, question: str, user: Principal, history: History | None = None, trace_id: str | None = None
+    ) -> QueryResult:
+        """Answer ``question`` for ``user`` from the passages they may read, cited and checked.
+
+        Runs the corrective workflow (grade, rewrite, guarded web fallback,
+        generate, citation / support / usefulness checks). Passing the
+        ``trace_id`` of a run that was interrupted resumes it without repeating
+        the LLM calls it had finished.
+        """
+        from enterprise_rag.workflow.runner import run_sync
+
+        return run_sync(self.aquery(question, user, history, trace_id))
+
+    def resume(self, trace_id: str, user: Principal) -> QueryResult:
+        """Resume an interrupted query from its trace (same user only)."""
+        trace = self.trace(trace_id, user)
+        if trace is None:
+            raise PermissionDeniedError(f"no trace {trace_id} for this user")
+        return self.query(trace["question"], user, history=trace["history"], trace_id=trace_id)
+
+    def trace(self, trace_id: str, user: Principal) -> dict[str, Any] | None:
+        """The stored trace of a query (steps, grades, decisions, LLM calls), only for the user who asked."""
+        from enterprise_rag.trace.store import TraceStore
+
+        return TraceStore(self.db).get(trace_id, require_principal(user))
 
     def status(self) -> dict[str, Any]:
         """Store location, server and pgvector versions, counts, configured models."""

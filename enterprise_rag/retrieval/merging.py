@@ -49,10 +49,11 @@ def fetch_ancestors(conn: psycopg.Connection, principal: Principal, parent_ids: 
     return {r[0]: ParentRow(r[0], r[1], r[2], r[3], r[4], int(r[5])) for r in rows}
 
 
-def auto_merge(hits: list[Hit], parents: dict[str, ParentRow], threshold: float) -> list[Hit]:
+def auto_merge(hits: list[Hit], parents: dict[str, ParentRow], threshold: float, max_chars: int = 0) -> list[Hit]:
     """Replace groups of sibling hits by their parent while ``hits/children >= threshold``.
 
     The parent takes the best score and the rank position of its best child.
+    Parents longer than ``max_chars`` (when > 0) are never merged into.
     Repeats level by level, so a merged parent can merge into its own parent.
     """
     current = list(hits)
@@ -64,7 +65,9 @@ def auto_merge(hits: list[Hit], parents: dict[str, ParentRow], threshold: float)
         merge = {
             pid: idx
             for pid, idx in by_parent.items()
-            if parents[pid].child_count and len(idx) / parents[pid].child_count >= threshold
+            if parents[pid].child_count
+            and len(idx) / parents[pid].child_count >= threshold
+            and (max_chars <= 0 or len(parents[pid].text) <= max_chars)
         }
         if not merge:
             return current

@@ -1,0 +1,1 @@
+"""Corrective steps: relevance grading, the proceed / augment / fallback decision, query rewrites."""

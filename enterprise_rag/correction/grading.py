@@ -1,0 +1,158 @@
+"""Relevance grading of retrieved passages: one batched grader call for all of them.
+
+Passages whose dense similarity to the question is below a floor are rejected
+without a call; grades are cached by (question, passage content, model); a
+failed or incomplete grading call keeps the passages, marked ``ungraded``
+(fail-open: a grading outage must not hide the documents).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from llama_index.core.schema import NodeWithScore
+
+from enterprise_rag.db import Database
+from enterprise_rag.errors import LLMError
+from enterprise_rag.generation.prompts import GRADE_RULES, grade_messages, grade_schema
+from enterprise_rag.retrieval.hybrid import query_words
+from enterprise_rag.workflow.llm_calls import LLMCaller
+
+logger = logging.getLogger(__name__)
+
+GradeLabel = Literal["yes", "partial", "no", "ungraded"]
+
+
+@dataclass(frozen=True)
+class Grade:
+    node_id: str
+    grade: GradeLabel
+    reason: str
+    confidence: float
+    method: Literal["llm", "cache", "floor", "fail-open"]
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def focus(question: str, text: str, limit: int) -> str:
+    """The ``limit``-character window of ``text`` sharing most words with the question (whole text if short).
+
+    A long merged parent would otherwise be judged on its first paragraph only.
+    """
+    if len(text) <= limit:
+        return text
+    wanted = {w for w in query_words(question) if len(w) > 3}
+    paragraphs = [p for p in text.split("\n\n") if p.strip()]
+    best, best_score = text[:limit], -1
+    for start in range(len(paragraphs)):
+        window, size = [], 0
+        for p in paragraphs[start:]:
+            if size + len(p) > limit and window:
+                break
+            window.append(p)
+            size += len(p) + 2
+        score = len(wanted & set(query_words(" ".join(window))))
+        if score > best_score:
+            best, best_score = "\n\n".join(window)[:limit], score
+    return best
+
+
+def evidence_found(evidence: str, passage: str) -> bool:
+    """Whether the quoted evidence really is in the passage (small models invent it)."""
+    words = [w for w in query_words(evidence) if len(w) > 2]
+    if not words or evidence.strip().lower() in ("none", "n/a", ""):
+        return False
+    present = set(query_words(passage))
+    return sum(1 for w in words if w in present) / len(words) >= 0.6
+
+
+def _from_reply(node_id: str, item: dict[str, str], passage: str) -> Grade:
+    """yes only with evidence found in the passage; a claimed answer without it is partial."""
+    evidence = str(item["evidence"])[:200]
+    if item["answers"] == "no":
+        return Grade(node_id, "no", evidence, 0.8, "llm")
+    if evidence_found(evidence, passage):
+        return Grade(node_id, "yes", evidence, 0.9, "llm")
+    return Grade(node_id, "partial", f"evidence not found in passage: {evidence}", 0.5, "llm")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Grader:
+    def __init__(self, db: Database, caller: LLMCaller, *, floor: float, passage_chars: int) -> None:
+        self._db = db
+        self._caller = caller
+        self._floor = floor
+        self._passage_chars = passage_chars
+
+    def grade(self, question: str, nodes: list[NodeWithScore]) -> list[Grade]:
+        """Grades in the order of ``nodes``."""
+        # The prompt is part of the key: a changed grading prompt must not reuse old grades.
+        model = f"{self._caller.model_id('grader')}|{_digest(GRADE_RULES)[:12]}"
+        qhash = _digest(question.strip().lower())
+        grades: dict[str, Grade] = {}
+        to_grade: list[NodeWithScore] = []
+        for n in nodes:
+            similarity = n.node.metadata.get("similarity")
+            if similarity is not None and similarity < self._floor:
+                grades[n.node.node_id] = Grade(n.node.node_id, "no", f"similarity {similarity:.2f} below floor",
+                                               1.0, "floor")  # fmt: skip
+            else:
+                to_grade.append(n)
+        cached = self._cached(qhash, model, to_grade)
+        grades.update(cached)
+        pending = [n for n in to_grade if n.node.node_id not in cached]
+        if pending:
+            fresh = self._ask(question, pending)
+            grades.update(fresh)
+            self._store(qhash, model, [n for n in pending if grades[n.node.node_id].method == "llm"], grades)
+        return [grades[n.node.node_id] for n in nodes]
+
+    def _ask(self, question: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
+        ids = {f"P{i}": n.node.node_id for i, n in enumerate(nodes, 1)}
+        passages = []
+        for pid, n in zip(ids, nodes, strict=True):
+            crumb = n.node.metadata.get("breadcrumb") or n.node.metadata.get("title") or ""
+            passages.append((pid, f"{crumb}\n{focus(question, n.node.get_content(), self._passage_chars)}".strip()))
+        try:
+            reply = self._caller.call(
+                "grader", "grade", grade_messages(question, passages), max_tokens=40 * len(nodes) + 40,
+                schema=grade_schema(list(ids)),
+            )  # fmt: skip
+        except LLMError as exc:
+            logger.warning("grading failed, keeping all passages ungraded: %s", exc)
+            return {nid: Grade(nid, "ungraded", "grading failed", 0.0, "fail-open") for nid in ids.values()}
+        texts = dict(passages)
+        return {nid: _from_reply(nid, reply[pid], texts[pid]) for pid, nid in ids.items()}
+
+    def _cached(self, qhash: str, model: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
+        if not nodes:
+            return {}
+        by_hash = {_digest(n.node.get_content()): n.node.node_id for n in nodes}
+        with self._db.connection() as conn:
+            rows = conn.execute(
+                "SELECT content_hash, grade FROM rag_grade_cache WHERE question_hash = %s AND model = %s"
+                " AND content_hash = ANY(%s)",
+                (qhash, model, list(by_hash)),
+            ).fetchall()
+        return {by_hash[h]: Grade(by_hash[h], g["grade"], g["reason"], g["confidence"], "cache") for h, g in rows}
+
+    def _store(self, qhash: str, model: str, nodes: list[NodeWithScore], grades: dict[str, Grade]) -> None:
+        if not nodes:
+            return
+        with self._db.connection() as conn:
+            for n in nodes:
+                g = grades[n.node.node_id]
+                conn.execute(
+                    "INSERT INTO rag_grade_cache (question_hash, content_hash, model, grade) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT DO NOTHING",
+                    (qhash, _digest(n.node.get_content()), model,
+                     json.dumps({"grade": g.grade, "reason": g.reason, "confidence": g.confidence})),
+                )  # fmt: skip

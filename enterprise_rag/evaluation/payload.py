@@ -1,0 +1,68 @@
+"""The result of one query and its JSON payload (DESIGN.md section 5)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Citation:
+    """One cited source; readable as ``c.source`` and ``c["source"]``."""
+
+    label: str
+    source: str
+    page: int | None
+    document_id: str
+    quote: str
+    kind: str = "corpus"
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class QueryResult:
+    answer: str
+    citations: list[Citation]
+    evaluation: dict[str, Any]
+    pipeline: dict[str, Any]
+    trace_id: str
+    sources: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "citations": [
+                {k: v for k, v in c.to_dict().items() if k in ("label", "source", "page", "document_id", "quote")}
+                for c in self.citations
+            ],
+            "evaluation": self.evaluation,
+            "pipeline": self.pipeline,
+            "trace_id": self.trace_id,
+        }
+
+
+def confidence(
+    retrieval_relevance: float,
+    support_score: float,
+    usefulness_score: float,
+    *,
+    web_sources: int,
+    corpus_sources: int,
+    flagged: bool,
+    not_found: bool,
+    web_cap: float,
+) -> float:
+    """Combine the three signals; never high when the answer rests on the web while the corpus was weak."""
+    if not_found:
+        return round(0.5 * usefulness_score * (1.0 - retrieval_relevance), 3)
+    value = 0.4 * retrieval_relevance + 0.4 * support_score + 0.2 * usefulness_score
+    if web_sources and (corpus_sources == 0 or retrieval_relevance < 0.5):
+        value = min(value, web_cap)
+    if flagged:
+        value = min(value, 0.2)
+    return round(value, 3)

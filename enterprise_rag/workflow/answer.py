@@ -1,0 +1,324 @@
+"""The corrective, self-checking answer workflow (DESIGN.md section 2), one step per stage.
+
+prepare -> retrieve -> grade -> decide -> (rewrite -> retrieve ...)* -> [web] -> refine
+-> generate -> citations -> check -> (revise | rerun)* -> finish
+
+Every loop has a cap; every step writes what it did into the trace. Grading
+fails open (passages kept, ungraded); the support check fails closed (the
+answer is flagged). With no passage left, the not-found answer is returned
+without a generation call.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.schema import NodeWithScore
+from workflows import Workflow, step
+from workflows.events import Event, StartEvent, StopEvent
+
+from enterprise_rag.config import RagSettings
+from enterprise_rag.correction.decision import DecisionResult, decide
+from enterprise_rag.correction.grading import Grade, Grader
+from enterprise_rag.errors import LLMError
+from enterprise_rag.generation import prompts
+from enterprise_rag.generation.prompts import NOT_FOUND_ANSWER, Source
+from enterprise_rag.principal import Principal
+from enterprise_rag.retrieval.transforms import _STANDALONE, History, history_text
+from enterprise_rag.validation.citations import NOT_FOUND_PHRASES, check_citations, cited_labels, normalise
+from enterprise_rag.validation.support import NOT_APPLICABLE, UNKNOWN, SupportVerdict, verdict_from_check
+from enterprise_rag.workflow.llm_calls import LLMCaller
+from enterprise_rag.workflow.outcome import Outcome
+from enterprise_rag.workflow.sources import corpus_sources, refine, relabel, web_sources
+
+FLAGGED_ANSWER = (
+    "I could not produce an answer that the documents fully support, so this question has been flagged for "
+    "review. Please check the cited sources directly."
+)
+_SMALLTALK = re.compile(r"^\s*(hi|hello|hey|thanks|thank you|good (morning|afternoon|evening))[\s!.]*$", re.I)
+
+
+# ---- events ---------------------------------------------------------------------------------------------
+class Retrieve(Event):
+    query: str
+
+
+class Graded(Event):
+    query: str
+
+
+class Rewrite(Event):
+    reason: str
+
+
+class WebFallback(Event):
+    reason: str
+
+
+class Refine(Event):
+    pass
+
+
+class Generate(Event):
+    feedback: str = ""
+
+
+class Drafted(Event):
+    answer: str
+
+
+class CitationsChecked(Event):
+    answer: str
+
+
+# ---- run state ------------------------------------------------------------------------------------------
+@dataclass
+class RunState:
+    question: str
+    principal: Principal
+    history: History
+    query: str = ""
+    queries: list[str] = field(default_factory=list)
+    candidates: dict[str, NodeWithScore] = field(default_factory=dict)
+    grades: dict[str, Grade] = field(default_factory=dict)
+    decision: DecisionResult | None = None
+    sources: list[Source] = field(default_factory=list)
+    answer: str = ""
+    rewrites: int = 0
+    citation_revisions: int = 0
+    hallucination_retries: int = 0
+    usefulness_retries: int = 0
+    web_used: bool = False
+    verdict: SupportVerdict = NOT_APPLICABLE
+    flagged: bool = False
+    retrieval_used: bool = True
+
+
+class AnswerWorkflow(Workflow):
+    """One instance answers one question; dependencies come in through the constructor."""
+
+    def __init__(self, *, deps: Any, state: RunState, caller: LLMCaller, settings: RagSettings) -> None:
+        super().__init__(timeout=None)
+        self.deps = deps  # WorkflowDeps: retriever factory, grader, embed model, web search, egress, recorder
+        self.s = state
+        self.caller = caller
+        self.cfg = settings.workflow
+
+    def _trace(self, name: str, t0: float, **data: Any) -> None:
+        self.deps.recorder.step(name, data, (time.perf_counter() - t0) * 1000)
+
+    def _done(self, answer: str, *, not_found: bool = False) -> StopEvent:
+        self.s.answer = answer
+        return StopEvent(result=Outcome.from_state(self.s, self.caller, not_found=not_found))
+
+    # -- 1. standalone rewrite and retrieval necessity
+    @step
+    async def prepare(self, ev: StartEvent) -> Retrieve | StopEvent:
+        t0 = time.perf_counter()
+        s = self.s
+        if _SMALLTALK.match(s.question) and not s.history:
+            s.retrieval_used = False
+            self._trace("prepare", t0, needs_retrieval=False)
+            return self._done("Hello! Ask me a question about your organisation's documents.")
+        query = s.question
+        if s.history:
+            body = f"Conversation:\n{history_text(s.history)}\n\nFollow-up question: {s.question}"
+            try:
+                reply = await self.caller.acall(
+                    "grader", "standalone",
+                    [ChatMessage(role=MessageRole.SYSTEM, content=_STANDALONE), prompts.user("standalone", body)],
+                    max_tokens=96,
+                )  # fmt: skip
+                line = next((ln.strip() for ln in str(reply).splitlines() if ln.strip()), "")
+                query = line.strip('"') or s.question
+            except LLMError:
+                query = " ".join([*(t["content"] for t in s.history if t.get("role") == "user"), s.question])
+        s.query = query
+        self._trace("prepare", t0, needs_retrieval=True, standalone_question=query)
+        return Retrieve(query=query)
+
+    # -- 2-4. hybrid retrieval, parent merging, rerank (inside the retriever)
+    @step
+    async def retrieve(self, ev: Retrieve) -> Graded:
+        t0 = time.perf_counter()
+        self.s.queries.append(ev.query)
+        result = await self.deps.retrieve(self.s.principal, ev.query, self.cfg.top_k)
+        for n in result.nodes:
+            self.s.candidates.setdefault(n.node.node_id, n)
+        self._trace("retrieve", t0, query=ev.query, results=result.trace.get("results"),
+                    candidates=len(result.trace.get("candidates", [])), merged=result.trace.get("merged"),
+                    expanded=result.trace.get("expanded"))  # fmt: skip
+        return Graded(query=ev.query)
+
+    # -- 5. relevance grading (batched, floored, cached, fail-open)
+    @step
+    async def grade(self, ev: Graded) -> Rewrite | WebFallback | Refine | StopEvent:
+        t0 = time.perf_counter()
+        s = self.s
+        ungraded = [n for nid, n in s.candidates.items() if nid not in s.grades]
+        if ungraded:
+            grader: Grader = self.deps.grader(self.caller)
+            for g in await _to_thread(grader.grade, s.question if not s.history else s.query, ungraded):
+                s.grades[g.node_id] = g
+        s.decision = decide(list(s.grades.values()), min_yes=self.cfg.min_yes)
+        self._trace("grade", t0, grades=[g.to_dict() for g in s.grades.values()], decision=s.decision.decision,
+                    reason=s.decision.reason, relevance=s.decision.relevance)  # fmt: skip
+        return self._route()
+
+    # -- 6. decision: proceed / augment / fallback, rewrites first
+    def _route(self) -> Rewrite | WebFallback | Refine | StopEvent:
+        s, d = self.s, self.s.decision
+        assert d is not None
+        if d.decision == "proceed":
+            return Refine()
+        if d.ambiguous and s.rewrites < self.cfg.max_query_rewrites:
+            return Rewrite(reason=d.reason)
+        if self.deps.egress_allows(s.principal):
+            return WebFallback(reason=d.reason)
+        if d.decision == "augment":
+            return Refine()
+        return self._done(NOT_FOUND_ANSWER, not_found=True)
+
+    @step
+    async def rewrite(self, ev: Rewrite) -> Retrieve:
+        t0 = time.perf_counter()
+        self.s.rewrites += 1
+        try:
+            reply = await self.caller.acall("grader", "rewrite", prompts.rewrite_messages(self.s.query, self.s.queries),
+                                            max_tokens=64)  # fmt: skip
+            query = next((ln.strip().strip('"') for ln in str(reply).splitlines() if ln.strip()), self.s.query)
+        except LLMError:
+            query = self.s.query
+        self._trace("rewrite", t0, reason=ev.reason, query=query, attempt=self.s.rewrites)
+        return Retrieve(query=query)
+
+    # -- 7. guarded web fallback (egress policy checked again here)
+    @step
+    async def web(self, ev: WebFallback) -> Refine | StopEvent:
+        t0 = time.perf_counter()
+        s = self.s
+        if not self.deps.egress_allows(s.principal):
+            return self._done(NOT_FOUND_ANSWER, not_found=True)
+        phrasings = [s.query]
+        if s.decision is not None and s.decision.decision == "fallback" and self.cfg.web_phrasings > 1:
+            phrasings += await _to_thread(self.deps.expand, self.caller, s.query, self.cfg.web_phrasings - 1)
+        results = await _to_thread(self.deps.web_search, phrasings)
+        s.web_used = bool(results)
+        self._trace("web", t0, reason=ev.reason, phrasings=phrasings, results=[r.url for r in results])
+        if not results and not self._kept_nodes():
+            return self._done(NOT_FOUND_ANSWER, not_found=True)
+        s.sources = web_sources(results, 1)
+        return Refine()
+
+    def _kept_nodes(self) -> list[NodeWithScore]:
+        """On proceed only passages graded yes; otherwise the partial and ungraded ones, best first."""
+        s = self.s
+        wanted = {"yes"} if s.decision is not None and s.decision.decision == "proceed" else {"partial", "ungraded"}
+        ranked = sorted(s.candidates.values(), key=lambda n: -(n.score or 0.0))
+        kept = [n for n in ranked if n.node.node_id in s.grades and s.grades[n.node.node_id].grade in wanted]
+        return kept[: self.cfg.max_sources]
+
+    # -- 8. context refinement
+    @step
+    async def refine(self, ev: Refine) -> Generate | StopEvent:
+        t0 = time.perf_counter()
+        s = self.s
+        corpus = corpus_sources(self._kept_nodes())
+        web = [src for src in s.sources if src.kind == "web"]
+        sources = relabel(corpus + web)
+        if not sources:
+            return self._done(NOT_FOUND_ANSWER, not_found=True)
+        s.sources, dropped = await _to_thread(refine, s.question, sources, self.deps.embed_model, self.cfg.refine_floor)
+        self._trace(
+            "refine", t0, sources=[(x.label, x.source, x.page, x.kind) for x in s.sources], strips_dropped=dropped
+        )
+        return Generate()
+
+    # -- 9. generation (and revisions, which share the same prefix)
+    @step
+    async def generate(self, ev: Generate) -> Drafted:
+        t0 = time.perf_counter()
+        s = self.s
+        question = s.query if s.history else s.question
+        if ev.feedback:
+            messages = prompts.revise_messages(s.sources, question, s.answer, ev.feedback)
+        else:
+            messages = prompts.generate_messages(s.sources, question)
+        answer = str(await self.caller.acall("generator", "revise" if ev.feedback else "generate", messages,
+                                             max_tokens=self.cfg.answer_max_tokens)).strip()  # fmt: skip
+        s.answer = answer
+        self._trace("generate", t0, revision=bool(ev.feedback), feedback=ev.feedback, answer=answer)
+        return Drafted(answer=answer)
+
+    # -- 10. citation check in code
+    @step
+    async def citations(self, ev: Drafted) -> Generate | CitationsChecked | Rewrite | WebFallback | StopEvent:
+        t0 = time.perf_counter()
+        s = self.s
+        if _is_not_found(ev.answer) and not cited_labels(ev.answer):
+            # The generator is the last relevance judge: no answer in the kept sources is a fallback.
+            self._trace("citations", t0, not_found=True)
+            return self._generator_found_nothing()
+        report = check_citations(ev.answer, {x.label: x.text for x in s.sources})
+        self._trace("citations", t0, ok=report.ok, issues=[(i.kind, i.detail) for i in report.issues])
+        if not report.ok and s.citation_revisions < self.cfg.max_citation_revisions:
+            s.citation_revisions += 1
+            return Generate(feedback=report.feedback())
+        return CitationsChecked(answer=ev.answer)
+
+    def _generator_found_nothing(self) -> Rewrite | WebFallback | StopEvent:
+        s = self.s
+        s.decision = DecisionResult("fallback", True, min(s.decision.relevance if s.decision else 0.0, 0.3),
+                                    "the generator found no answer in the kept sources")  # fmt: skip
+        if s.rewrites < self.cfg.max_query_rewrites:
+            return Rewrite(reason=s.decision.reason)
+        if self.deps.egress_allows(s.principal) and not s.web_used:
+            return WebFallback(reason=s.decision.reason)
+        return self._done(NOT_FOUND_ANSWER, not_found=True)
+
+    # -- 11-12. support (claim level) and usefulness, one grader call sharing the generation prefix
+    @step
+    async def check(self, ev: CitationsChecked) -> Generate | Rewrite | StopEvent:
+        t0 = time.perf_counter()
+        s = self.s
+        question = s.query if s.history else s.question
+        try:
+            reply = await self.caller.acall(
+                "grader",
+                "check",
+                prompts.check_messages(s.sources, question, ev.answer),
+                max_tokens=self.cfg.check_max_tokens,
+                schema=prompts.CHECK_SCHEMA,
+            )
+            s.verdict = verdict_from_check(reply)
+        except LLMError:
+            s.verdict = UNKNOWN  # fail-closed: an unchecked answer is never reported as supported
+        threshold = self.cfg.web_support_threshold if s.web_used else self.cfg.support_threshold
+        self._trace("check", t0, support=s.verdict.to_support_dict(), usefulness=s.verdict.to_usefulness_dict(),
+                    threshold=threshold)  # fmt: skip
+        if not s.verdict.passed(threshold):
+            if s.verdict.label != "unknown" and s.hallucination_retries < self.cfg.max_hallucination_retries:
+                s.hallucination_retries += 1
+                claims = "\n".join(f"- Not supported by the sources: {c}" for c in s.verdict.unsupported_claims)
+                return Generate(feedback=claims or "Some statements are not supported by the sources.")
+            s.flagged = True
+            return self._done(FLAGGED_ANSWER)
+        if not s.verdict.answers_question and s.usefulness_retries < self.cfg.max_usefulness_retries:
+            s.usefulness_retries += 1
+            return Rewrite(reason="the answer does not address the question")
+        return self._done(ev.answer)
+
+
+def _is_not_found(answer: str) -> bool:
+    text = normalise(answer)
+    return any(p in text for p in NOT_FOUND_PHRASES)
+
+
+async def _to_thread(fn: Any, *args: Any) -> Any:
+    import asyncio
+
+    return await asyncio.to_thread(fn, *args)

@@ -1,0 +1,87 @@
+"""From the finished run state to the public :class:`QueryResult` payload."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from enterprise_rag.evaluation.payload import Citation, QueryResult, confidence
+from enterprise_rag.validation.citations import cited_labels, split_sentences, strip_citations
+from enterprise_rag.validation.support import NOT_APPLICABLE
+from enterprise_rag.workflow.llm_calls import LLMCaller
+
+if TYPE_CHECKING:
+    from enterprise_rag.generation.prompts import Source
+    from enterprise_rag.workflow.answer import RunState
+
+_WORD = re.compile(r"\w+")
+
+
+def best_quote(claim: str, text: str, limit: int = 240) -> str:
+    """The sentence of ``text`` sharing the most words with ``claim``: what the citation points at."""
+    wanted = set(_WORD.findall(claim.lower()))
+    sentences = split_sentences(text) or [text]
+    best = max(sentences, key=lambda s: len(wanted & set(_WORD.findall(s.lower()))))
+    return best[:limit]
+
+
+def citations_for(answer: str, sources: list[Source]) -> list[Citation]:
+    by_label = {s.label: s for s in sources}
+    out = []
+    for label in cited_labels(answer):
+        src = by_label.get(label)
+        if src is None:
+            continue
+        claim = " ".join(s for s in split_sentences(answer) if f"[{label}" in s or label in cited_labels(s))
+        out.append(Citation(label, src.source, src.page, src.document_id, best_quote(strip_citations(claim), src.text),
+                            src.kind))  # fmt: skip
+    return out
+
+
+class Outcome:
+    """Builds the result object of a finished run."""
+
+    @staticmethod
+    def from_state(state: RunState, caller: LLMCaller, *, not_found: bool) -> QueryResult:
+        s = state
+        citations = [] if not_found or s.flagged else citations_for(s.answer, s.sources)
+        corpus = sum(1 for c in citations if c.kind == "corpus")
+        web = sum(1 for c in citations if c.kind == "web")
+        relevance = s.decision.relevance if s.decision else 0.0
+        verdict = s.verdict if not not_found else NOT_APPLICABLE
+        usefulness = verdict.to_usefulness_dict()
+        if not_found:
+            usefulness = {"label": "not_found", "score": 0.5}
+        conf = confidence(
+            relevance, verdict.score, usefulness["score"], web_sources=web, corpus_sources=corpus, flagged=s.flagged,
+            not_found=not_found, web_cap=0.5,
+        )  # fmt: skip
+        stats = caller.stats
+        return QueryResult(
+            answer=s.answer,
+            citations=citations,
+            evaluation={
+                "confidence": conf,
+                "retrieval_relevance": relevance,
+                "support": verdict.to_support_dict(),
+                "usefulness": usefulness,
+                "sources": {"corpus": corpus, "web": web},
+            },
+            pipeline={
+                "retrieval_used": s.retrieval_used,
+                "decision": s.decision.decision if s.decision else ("proceed" if not s.retrieval_used else "fallback"),
+                "query_rewrites": s.rewrites,
+                "web_search_used": s.web_used,
+                "hallucination_retries": s.hallucination_retries,
+                "usefulness_retries": s.usefulness_retries,
+                "flagged_for_review": s.flagged,
+                "not_found": not_found,
+                "llm_calls": stats.calls,
+                "llm_calls_replayed": stats.replayed,
+                "prompt_tokens": stats.prompt_tokens,
+                "completion_tokens": stats.completion_tokens,
+                "latency_ms": 0,
+            },
+            trace_id="",
+            sources=[{"label": x.label, "source": x.source, "page": x.page, "kind": x.kind} for x in s.sources],
+        )

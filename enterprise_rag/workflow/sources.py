@@ -1,0 +1,81 @@
+"""Turning passages and web results into numbered sources, and refining them.
+
+Refinement drops paragraphs of a kept passage that share no word with the
+question and sit below a similarity floor (one batched embedding call for all
+strips); page, source and date stay with the passage.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import NodeWithScore
+
+from enterprise_rag.generation.prompts import Source
+from enterprise_rag.providers.web_search import WebResult
+from enterprise_rag.retrieval.hybrid import query_words
+
+_STOP = {"the", "a", "an", "of", "to", "and", "or", "in", "on", "for", "is", "are", "what", "how", "do", "does",
+         "i", "we", "our", "my", "it", "be", "with", "which", "who", "when", "that", "this", "can"}  # fmt: skip
+
+
+def corpus_sources(nodes: list[NodeWithScore]) -> list[Source]:
+    sources = []
+    for i, n in enumerate(nodes, 1):
+        meta = n.node.metadata
+        sources.append(Source(
+            label=f"S{i}", text=n.node.get_content(), source=str(meta.get("source", "")), page=meta.get("page"),
+            title=str(meta.get("title", "")), breadcrumb=str(meta.get("breadcrumb", "")),
+            effective_date=meta.get("effective_date"), status=str(meta.get("status", "current")),
+            document_id=str(meta.get("document_id", "")),
+        ))  # fmt: skip
+    return sources
+
+
+def web_sources(results: list[WebResult], start: int) -> list[Source]:
+    return [
+        Source(
+            label=f"S{start + i}",
+            text=r.content,
+            source=r.url,
+            page=None,
+            title=r.title,
+            breadcrumb=r.title,
+            effective_date=r.published_date,
+            status="current",
+            document_id=r.url,
+            kind="web",
+        )  # fmt: skip
+        for i, r in enumerate(results)
+    ]
+
+
+def relabel(sources: list[Source]) -> list[Source]:
+    """Number sources S1..Sn in order (after some were dropped or added)."""
+    from dataclasses import replace
+
+    return [replace(s, label=f"S{i}") for i, s in enumerate(sources, 1)]
+
+
+def refine(question: str, sources: list[Source], embed_model: BaseEmbedding, floor: float) -> tuple[list[Source], int]:
+    """Drop irrelevant paragraphs inside sources; returns the sources and the number of strips dropped."""
+    from dataclasses import replace
+
+    words = {w for w in query_words(question) if w not in _STOP and len(w) > 2}
+    strips = [(i, p) for i, s in enumerate(sources) for p in re.split(r"\n\s*\n", s.text) if p.strip()]
+    if len(strips) <= len(sources):
+        return sources, 0
+    vectors = np.asarray(embed_model.get_text_embedding_batch([question] + [p for _, p in strips]), dtype=np.float32)
+    sims = vectors[1:] @ vectors[0]
+    kept: dict[int, list[str]] = {i: [] for i in range(len(sources))}
+    dropped = 0
+    for (i, strip), sim in zip(strips, sims, strict=True):
+        overlap = words & set(query_words(strip))
+        if sim < floor and not overlap:
+            dropped += 1
+        else:
+            kept[i].append(strip)
+    refined = [replace(s, text="\n\n".join(kept[i]) or s.text) for i, s in enumerate(sources)]
+    return refined, dropped
