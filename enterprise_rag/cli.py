@@ -7,14 +7,12 @@ ingested); 2 bad input or configuration (one-line error on stderr);
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -25,6 +23,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from enterprise_rag.cli_ask import ask_command, demo_command, trace_command
+from enterprise_rag.cli_common import ConfigOpt, DataDirOpt, JsonOpt, err, open_rag, out, print_json, split_csv
 from enterprise_rag.cli_eval import eval_command
 from enterprise_rag.errors import ConfigError, ModelError, PermissionDeniedError, RagError, StoreError
 
@@ -32,35 +32,19 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Permission-s
 models_app = typer.Typer(no_args_is_help=True, help="Local model files.")
 app.add_typer(models_app, name="models")
 
-out = Console()
-err = Console(stderr=True)
-
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file (default: built-ins).")]
-DataDirOpt = Annotated[Path | None, typer.Option("--data-dir", help="Data dir for the embedded store and models.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
-def _split(value: str | None) -> list[str] | None:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-def _rag(config: Path | None, data_dir: Path | None):  # type: ignore[no-untyped-def]
-    from enterprise_rag import EnterpriseRAG
-
-    return EnterpriseRAG.from_config(config, data_dir=data_dir)
-
-
-def _print_json(data: Any) -> None:
-    out.print_json(json.dumps(data, default=str))
 
 
 @app.command()
 def status(config: ConfigOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Store location, PostgreSQL and pgvector versions, counts, configured models."""
-    with _rag(config, data_dir) as rag:
+    with open_rag(config, data_dir) as rag:
         info = rag.status()
     if as_json:
-        _print_json(info)
+        print_json(info)
         return
     table = Table(show_header=False, box=None)
     for key in ("store", "postgres_version", "pgvector_version", "documents", "nodes", "leaf_nodes"):
@@ -92,17 +76,17 @@ def ingest(
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest documents with their ACL (from --groups/--users or each file's front-matter)."""
-    with _rag(config, data_dir) as rag, Progress(
+    with open_rag(config, data_dir) as rag, Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=err, transient=True, disable=as_json,
     ) as bar:  # fmt: skip
         task = bar.add_task("ingesting", total=None)
         report = rag.ingest(
-            paths, allowed_groups=_split(groups), allowed_users=_split(users),
+            paths, allowed_groups=split_csv(groups), allowed_users=split_csv(users),
             progress=lambda source, outcome: bar.update(task, advance=1, description=f"{outcome}: {Path(source).name}"),
         )  # fmt: skip
     if as_json:
-        _print_json(report.to_dict())
+        print_json(report.to_dict())
     else:
         table = Table(title=report.summary())
         table.add_column("outcome")
@@ -125,7 +109,7 @@ def delete(
 ) -> None:
     """Delete documents and all their chunks."""
     missing = 0
-    with _rag(config, data_dir) as rag:
+    with open_rag(config, data_dir) as rag:
         for doc in documents:
             if rag.delete(doc):
                 out.print(f"deleted {doc}", markup=False, highlight=False, soft_wrap=True)
@@ -149,15 +133,15 @@ def search(
     """Show the passages this user may read that best match the question."""
     from enterprise_rag import Principal
 
-    with _rag(config, data_dir) as rag:
-        nodes = rag.retrieve(question, user=Principal(user, _split(groups)), top_k=top_k)
+    with open_rag(config, data_dir) as rag:
+        nodes = rag.retrieve(question, user=Principal(user, split_csv(groups)), top_k=top_k)
     rows = [
         {"score": round(n.score or 0, 4), "source": n.node.metadata.get("source"), "page": n.node.metadata.get("page"),
          "breadcrumb": n.node.metadata.get("breadcrumb"), "text": n.node.get_content()}
         for n in nodes
     ]  # fmt: skip
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return
     if not rows:
         out.print("no passages visible to this user match the question")
@@ -168,6 +152,9 @@ def search(
 
 
 app.command("eval")(eval_command)
+app.command("ask")(ask_command)
+app.command("trace")(trace_command)
+app.command("demo")(demo_command)
 
 
 _EXIT_CODES: list[tuple[type[BaseException], int]] = [

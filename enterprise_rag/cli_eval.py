@@ -13,20 +13,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-out = Console()
-err = Console(stderr=True)
+from enterprise_rag.cli_common import ConfigOpt, DataDirOpt, JsonOpt, err, out, split_csv
+
 Opt, Arg = typer.Option, typer.Argument
-ConfigOpt = Annotated[Path | None, Opt("--config", "-c", help="YAML config file (default: built-ins).")]
-DataDirOpt = Annotated[Path | None, Opt("--data-dir", help="Data dir for the embedded store and models.")]
-JsonOpt = Annotated[bool, Opt("--json", help="Print machine-readable JSON.")]
 
-
-def _split(value: str | None) -> list[str] | None:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
 def _ks(value: str) -> list[int]:
@@ -42,7 +35,7 @@ def _ks(value: str) -> list[int]:
 def _modes(value: str) -> list[str]:
     from enterprise_rag.evaluation.corpus_eval import MODES
 
-    modes = list(dict.fromkeys(_split(value) or []))
+    modes = list(dict.fromkeys(split_csv(value) or []))
     if not modes or any(m not in MODES for m in modes):
         raise typer.BadParameter(f"expected a subset of {','.join(MODES)}, got {value!r}", param_hint="'--modes'")
     return modes
@@ -91,7 +84,7 @@ def eval_command(
     if not len(evalset):
         raise EvalDataError(f"{evalset.name}: no question has a relevant document")
     scope_map = ce.parse_scopes(scopes or [])
-    default = Principal(user, _split(groups)) if user else None
+    default = Principal(user, split_csv(groups)) if user else None
     unnamed = [q for q in evalset.queries if q not in evalset.users]
     if not scope_map and default is None and unnamed:
         raise EvalDataError(
@@ -107,7 +100,7 @@ def eval_command(
         if ingest_first and beir is not None:
             task = bar.add_task("ingesting", total=ce.count_beir_corpus(beir))
             ingest_report = ce.ingest_beir_corpus(
-                rag, beir, _split(groups) or ["public"],
+                rag, beir, split_csv(groups) or ["public"],
                 progress=lambda source, outcome: bar.update(task, advance=1, description=f"{outcome}: {source}"),
             )  # fmt: skip
             bar.remove_task(task)

@@ -63,6 +63,16 @@ def embed_model():  # type: ignore[no-untyped-def]
     return LocalMiniLMEmbedding()
 
 
+@pytest.fixture(scope="session")
+def model_data_dir(server_dir: Path) -> Path:
+    """A data dir holding the assembled local GGUF model (assembled once per session, ~3 s)."""
+    from enterprise_rag.providers.model_files import install_model
+
+    data_dir = server_dir / "models-data"
+    install_model(data_dir)
+    return data_dir
+
+
 @pytest.fixture
 def rag(fresh_dsn: str, tmp_path: Path, embed_model) -> Iterator[EnterpriseRAG]:  # type: ignore[no-untyped-def]
     """An EnterpriseRAG on a fresh database with the real local embedding model."""

@@ -1,0 +1,67 @@
+"""Every answer expectation of ../shared/scenarios/scenarios.yaml, with the real local LLM (web disabled)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.config import load_settings
+from tests.conftest import SCENARIOS
+from tests.scenario_matching import contains, is_not_found, source_matches
+
+if not (SCENARIOS / "scenarios.yaml").is_file():
+    pytest.skip("scenarios not available", allow_module_level=True)
+
+SUITE = yaml.safe_load((SCENARIOS / "scenarios.yaml").read_text())
+CASES = [c for c in SUITE["cases"] if c["kind"] in ("answer", "both")]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def answer_rag(server_dsn: str, embed_model, model_data_dir: Path) -> Iterator[EnterpriseRAG]:  # type: ignore[no-untyped-def]
+    name = "scenarios_answers"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+    rag = EnterpriseRAG(data_dir=model_data_dir, settings=load_settings(None, database={"dsn": dsn}),
+                        embed_model=embed_model)  # fmt: skip
+    for doc in SUITE["documents"]:
+        assert not rag.ingest([SCENARIOS / doc["path"]], allowed_groups=doc["allowed_groups"]).failed
+    yield rag
+    rag.close()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_answer_case(answer_rag: EnterpriseRAG, case: dict[str, Any]) -> None:
+    expect = case["expect"]
+    user = Principal(user_id=case["user"]["user_id"], groups=case["user"]["groups"])
+    try:
+        res = answer_rag.query(case["question"], user=user, history=case.get("history") or None)
+    except Exception:
+        if expect.get("error_ok"):
+            return
+        raise
+    answer, pipeline = res.answer, res.pipeline
+    detail = f"answer={answer!r} pipeline={pipeline}"
+    for item in expect.get("answer_contains_all", []):
+        assert contains(answer, item), f"missing {item!r}: {detail}"
+    if "answer_contains_any" in expect:
+        assert any(contains(answer, i) for i in expect["answer_contains_any"]), detail
+    for item in expect.get("answer_excludes", []):
+        assert not contains(answer, item), f"contains excluded {item!r}: {detail}"
+    if "cites_sources_any" in expect:
+        assert any(source_matches(c.source, expect["cites_sources_any"]) for c in res.citations), (
+            f"citations {[c.source for c in res.citations]}: {detail}"
+        )
+    if "decision_in" in expect:
+        assert pipeline["decision"] in expect["decision_in"], detail
+    if expect.get("not_found"):
+        assert is_not_found(answer, pipeline), detail
+    assert set(res.to_dict()) == {"answer", "citations", "evaluation", "pipeline", "trace_id"}
