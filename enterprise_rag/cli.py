@@ -33,11 +33,6 @@ models_app = typer.Typer(no_args_is_help=True, help="Local model files.")
 app.add_typer(models_app, name="models")
 
 
-
-
-
-
-
 @app.command()
 def status(config: ConfigOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Store location, PostgreSQL and pgvector versions, counts, configured models."""

@@ -21,7 +21,6 @@ from enterprise_rag.cli_common import ConfigOpt, DataDirOpt, JsonOpt, err, out, 
 Opt, Arg = typer.Option, typer.Argument
 
 
-
 def _ks(value: str) -> list[int]:
     try:
         ks = sorted({int(k) for k in value.split(",") if k.strip()})

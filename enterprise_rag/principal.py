@@ -40,7 +40,5 @@ class Principal:
 def require_principal(user: object) -> Principal:
     """Return ``user`` if it is a :class:`Principal`; otherwise refuse (no principal is not 'everyone')."""
     if not isinstance(user, Principal):
-        raise PermissionDeniedError(
-            "retrieval needs the asking user: pass user=Principal(user_id=..., groups=[...])"
-        )
+        raise PermissionDeniedError("retrieval needs the asking user: pass user=Principal(user_id=..., groups=[...])")
     return user

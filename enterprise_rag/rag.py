@@ -56,9 +56,7 @@ class EnterpriseRAG:
         self.db = Database(self.settings.database, self.data_dir, self.settings.embedding.dimensions)
 
     @classmethod
-    def from_config(
-        cls, path: str | Path | None, data_dir: str | Path | None = None, **injected: Any
-    ) -> EnterpriseRAG:
+    def from_config(cls, path: str | Path | None, data_dir: str | Path | None = None, **injected: Any) -> EnterpriseRAG:
         """Build from a YAML config file (``None`` = defaults), with environment overrides."""
         return cls(data_dir=data_dir, settings=load_settings(path), **injected)
 
@@ -169,12 +167,9 @@ class EnterpriseRAG:
         """Store location, server and pgvector versions, counts, configured models."""
         with self.db.connection() as conn:
             pg_version = conn.execute("SELECT version()").fetchone()[0]  # type: ignore[index]
-            vector_version = conn.execute(
-                "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-            ).fetchone()[0]  # type: ignore[index]
+            vector_version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]  # type: ignore[index]
             documents, nodes, leaves = conn.execute(
-                "SELECT (SELECT count(*) FROM rag_documents), count(*), count(*) FILTER (WHERE is_leaf)"
-                " FROM rag_nodes"
+                "SELECT (SELECT count(*) FROM rag_documents), count(*), count(*) FILTER (WHERE is_leaf) FROM rag_nodes"
             ).fetchone()  # type: ignore[misc]
             migrations = [r[0] for r in conn.execute("SELECT filename FROM rag_migrations ORDER BY filename")]
         return {

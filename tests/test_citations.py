@@ -64,7 +64,7 @@ def test_strip_citations_tidies_spaces() -> None:
 
 
 def test_normalise() -> None:
-    assert normalise("  \u201cFee\u201d \u2014 It\u2019s\n\tWAIVED  ") == "\"fee\" - it's waived"
+    assert normalise("  \u201cFee\u201d \u2014 It\u2019s\n\tWAIVED  ") == '"fee" - it\'s waived'
     assert normalise("\ufb01le") == "file"  # NFKC ligature
 
 

@@ -2,7 +2,7 @@
 
 Real embedded PostgreSQL and the real local embedding model throughout. A corpus of
 markdown documents, each with a distinctive marker word and an ACL (several with
-group names full of quotes, SQL and JSON fragments, wildcards, unicode, a 5000-char
+group names full of quotes, SQL and JSON fragments, wildcards, unicode, a 1000-char
 name and number-like strings), is ingested once per module. For every principal the
 visible set of documents is computed in Python from the ACLs assigned here, and every
 path (``rag.retrieve`` per mode and depth, raw SQL search, parent fetch, section
@@ -49,8 +49,8 @@ DEPTHS = (1, 5, 50)
 
 INJECTION = "zz'] OR 1=1 OR metadata_::jsonb ?| array['y"
 DROP = "'; DROP TABLE rag_nodes; --"
-LONG_GROUP = ("long-group-Ω-" * 400)[:5000]
-assert len(LONG_GROUP) == 5000
+LONG_GROUP = ("long-group-Ω-" * 100)[:1000]  # ingest refuses names over 2 kB (see test_ingest_refuses_huge_group)
+assert len(LONG_GROUP) == 1000
 
 # document key -> (marker word, allowed_groups, allowed_users)
 ACLS: dict[str, tuple[str, list[str], list[str]]] = {
@@ -758,3 +758,13 @@ def test_selective_acl_still_gets_exactly_k_rows(haystack: Haystack, embed_model
                 assert len(got) == k and not ({n.node.metadata["document_id"] for n in got} & haystack.rare_docs)
     finally:
         rag.close()
+
+
+def test_ingest_refuses_huge_group(rag: EnterpriseRAG, tmp_path: Path) -> None:
+    """A group name too big for the ACL index fails that file with a clear reason, not the whole batch."""
+    (tmp_path / "ok.md").write_text("# Fine\n\nA normal document.\n")
+    (tmp_path / "huge.md").write_text("# Huge\n\nA document with a huge group.\n")
+    report = rag.ingest([tmp_path / "ok.md"], allowed_groups=["staff"])
+    assert report.added and not report.failed
+    report = rag.ingest([tmp_path / "huge.md"], allowed_groups=["x" * 5000])
+    assert not report.added and "2048 bytes" in report.failed[0].reason

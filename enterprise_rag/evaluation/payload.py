@@ -46,6 +46,11 @@ class QueryResult:
         }
 
 
+# correction.decision scores a passage graded yes 1.0 (relevance >= 0.7) and partial / ungraded 0.5
+# (relevance <= 0.5): below 0.7 no corpus passage answered the question.
+WEAK_CORPUS_BELOW = 0.7
+
+
 def confidence(
     retrieval_relevance: float,
     support_score: float,
@@ -61,7 +66,7 @@ def confidence(
     if not_found:
         return round(0.5 * usefulness_score * (1.0 - retrieval_relevance), 3)
     value = 0.4 * retrieval_relevance + 0.4 * support_score + 0.2 * usefulness_score
-    if web_sources and (corpus_sources == 0 or retrieval_relevance < 0.5):
+    if web_sources and (corpus_sources == 0 or retrieval_relevance < WEAK_CORPUS_BELOW):
         value = min(value, web_cap)
     if flagged:
         value = min(value, 0.2)

@@ -51,14 +51,22 @@ def document_id_for(source: str) -> str:
     return "doc_" + hashlib.sha256(source.encode()).hexdigest()[:24]
 
 
+MAX_NAME_BYTES = 2048  # each array element is a GIN index entry; PostgreSQL caps those near 2.7 kB
+
+
 def _names(value: Any, what: str, source: str) -> list[str]:
+    """Group or user names: strings of at most 2 kB (UTF-8) without NUL (PostgreSQL cannot store NUL)."""
     if value is None:
         return []
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise IngestError(source, f"{what} must be a list of strings, got {value!r}")
-    return sorted({v for v in value if v.strip()})
+    names = sorted({v for v in value if v.strip()})
+    for name in names:
+        if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES or "\x00" in name:
+            raise IngestError(source, f"{what} entries must be at most {MAX_NAME_BYTES} bytes, without NUL characters")
+    return names
 
 
 def _date(value: Any, source: str) -> dt.date | None:

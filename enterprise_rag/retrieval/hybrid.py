@@ -128,12 +128,16 @@ def build_search_sql(mode: Mode, params: SearchParams) -> str:
     parts, sides = [], []
     if mode in ("hybrid", "dense"):
         parts.append(_dense_sql(params))
-        sides.append("SELECT node_id, rank, %(wd)s::float8 AS w, rank AS dense_rank, NULL::bigint AS text_rank,"
-                     " 1 - dist AS sim FROM dense")
+        sides.append(
+            "SELECT node_id, rank, %(wd)s::float8 AS w, rank AS dense_rank, NULL::bigint AS text_rank,"
+            " 1 - dist AS sim FROM dense"
+        )
     if mode in ("hybrid", "text"):
         parts.append(_text_sql(params))
-        sides.append("SELECT node_id, rank, %(wt)s::float8 AS w, NULL::bigint AS dense_rank, rank AS text_rank,"
-                     " NULL::float8 AS sim FROM fts")
+        sides.append(
+            "SELECT node_id, rank, %(wt)s::float8 AS w, NULL::bigint AS dense_rank, rank AS text_rank,"
+            " NULL::float8 AS sim FROM fts"
+        )
     demote = (
         "CASE WHEN n.status = 'superseded' THEN %(demote)s::float8 ELSE 1.0 END"
         if params.superseded == "demote"
@@ -203,8 +207,15 @@ def search(
         rows = conn.execute(build_search_sql(mode, params), values).fetchall()
     return [
         Hit(
-            node_id=r[0], document_id=r[1], parent_id=r[2], text=r[3], metadata=r[4], score=float(r[5]),
-            dense_rank=r[6], text_rank=r[7], dense_similarity=float(r[8]) if r[8] is not None else None,
+            node_id=r[0],
+            document_id=r[1],
+            parent_id=r[2],
+            text=r[3],
+            metadata=r[4],
+            score=float(r[5]),
+            dense_rank=r[6],
+            text_rank=r[7],
+            dense_similarity=float(r[8]) if r[8] is not None else None,
         )
         for r in rows
     ]

@@ -157,7 +157,10 @@ class PermissionScopedRetriever(BaseRetriever):
             if opts.merge and hits:
                 window = hits[: max(self._top_k * 3, 10)]
                 parents = fetch_ancestors(conn, self._principal, sorted({h.parent_id for h in window if h.parent_id}))
-                hits = auto_merge(window, parents, self._settings.merge_threshold, self._settings.merge_max_chars) + hits[len(window) :]
+                hits = (
+                    auto_merge(window, parents, self._settings.merge_threshold, self._settings.merge_max_chars)
+                    + hits[len(window) :]
+                )
                 trace["merged"] = [(h.node_id, h.extra.get("merged_from")) for h in hits if h.extra.get("merged_from")]
             if opts.expand_section and hits:
                 # Expanding may drop a hit covered by a better one's window; expand a little more than k.

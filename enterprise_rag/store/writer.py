@@ -81,9 +81,16 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument]) 
                 " metadata = EXCLUDED.metadata, node_count = EXCLUDED.node_count, updated_at = now()",
                 [
                     (
-                        d.record.document_id, d.record.source, d.record.title, d.record.version,
-                        d.record.status, d.record.effective_date, d.record.content_hash,
-                        d.record.allowed_groups, d.record.allowed_users, json.dumps(d.record.metadata),
+                        d.record.document_id,
+                        d.record.source,
+                        d.record.title,
+                        d.record.version,
+                        d.record.status,
+                        d.record.effective_date,
+                        d.record.content_hash,
+                        d.record.allowed_groups,
+                        d.record.allowed_users,
+                        json.dumps(d.record.metadata),
                         len(d.chunks),
                     )  # fmt: skip
                     for d in docs

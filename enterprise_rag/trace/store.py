@@ -71,10 +71,11 @@ class TraceStore:
     def recorded_calls(self, trace_id: str) -> dict[str, dict[str, Any]]:
         with self._db.connection() as conn:
             rows = conn.execute(
-                "SELECT call_key, response, prompt_tokens, completion_tokens FROM rag_llm_calls WHERE trace_id = %s",
+                "SELECT call_key, response, prompt_tokens, completion_tokens, seq FROM rag_llm_calls"
+                " WHERE trace_id = %s",
                 (trace_id,),
             ).fetchall()
-        return {r[0]: {"response": r[1], "prompt_tokens": r[2], "completion_tokens": r[3]} for r in rows}
+        return {r[0]: {"response": r[1], "prompt_tokens": r[2], "completion_tokens": r[3], "seq": r[4]} for r in rows}
 
     def finish(self, trace_id: str, result: dict[str, Any] | None, error: str | None = None) -> None:
         with self._db.connection() as conn:
@@ -126,9 +127,10 @@ class TraceRecorder:
         self.store = store
         self.trace_id = trace_id
         self._seq = 0
-        self._call_seq = 0
         self._lock = threading.Lock()
         self._replay: dict[str, dict[str, Any]] = store.recorded_calls(trace_id) if store else {}
+        # A resumed run numbers its new calls after the recorded ones, so the trace keeps their order.
+        self._call_seq = max((int(c["seq"]) for c in self._replay.values()), default=0)
         self.steps: list[dict[str, Any]] = []
 
     def step(self, name: str, data: dict[str, Any], ms: float) -> None:

@@ -31,8 +31,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 NOT_FOUND_PHRASES: tuple[str, ...] = (
-    "could not find", "not in the", "no information", "unable to find", "don't have",
-    "do not mention", "not specified", "do not contain", "does not contain", "not found",
+    "could not find",
+    "not in the",
+    "no information",
+    "unable to find",
+    "don't have",
+    "do not mention",
+    "not specified",
+    "do not contain",
+    "does not contain",
+    "not found",
 )
 
 _LABEL = r"[Ss]\s*\d+"
@@ -41,13 +49,49 @@ CITATION = re.compile(rf"\[\s*{_LABEL}(?:{_ITEM_SEP}[Ss]?\s*\d+)*\s*\]")
 _PART = re.compile(r"([Ss])?\s*(\d+)|([-\u2010-\u2015]|\bto\b)")
 _MAX_RANGE = 50  # a typo like [S1-S999] must not explode into a thousand labels
 
-_QUOTES = str.maketrans({c: '"' for c in "\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb"} | {
-    c: "'" for c in "\u2018\u2019\u201a\u201b\u2032"} | {c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"}
-    | {"\u00ad": None})
-_ABBREVS = frozenset({
-    "e.g", "i.e", "cf", "viz", "vs", "mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "inc", "ltd", "corp", "co",
-    "dept", "approx", "est", "al", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
-})
+_QUOTES = str.maketrans(
+    {c: '"' for c in "\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb"}
+    | {c: "'" for c in "\u2018\u2019\u201a\u201b\u2032"}
+    | {c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"}
+    | {"\u00ad": None}
+)
+_ABBREVS = frozenset(
+    {
+        "e.g",
+        "i.e",
+        "cf",
+        "viz",
+        "vs",
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "st",
+        "sr",
+        "jr",
+        "inc",
+        "ltd",
+        "corp",
+        "co",
+        "dept",
+        "approx",
+        "est",
+        "al",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+    }
+)
 _NUMBER_ABBREVS = frozenset({"no", "nos", "p", "pp", "fig", "sec", "art", "vol", "ch", "para"})
 _TERMINATOR = re.compile(r"[.!?]+[)\]\"'\u201d\u2019\u00bb]*")
 _TRAILING_CITES = re.compile(rf"(?:\s*{CITATION.pattern})+[.!?]?")
@@ -170,7 +214,7 @@ def _split_line(line: str) -> list[str]:
             end = trailing.end()
         rest = line[end:]
         nxt = rest.lstrip()[:1]
-        if not rest[:1].isspace() or not nxt or not (nxt.isupper() or nxt.isdigit() or nxt in "\"\u201c(*_["):
+        if not rest[:1].isspace() or not nxt or not (nxt.isupper() or nxt.isdigit() or nxt in '"\u201c(*_['):
             continue
         if seg.count('"') % 2 or seg.count("\u201c") > seg.count("\u201d"):
             continue  # the terminator is inside a quotation
@@ -275,8 +319,12 @@ def check_citations(
             list_labels = own  # an uncited nested intro keeps the outer list's coverage
 
         exempt = (
-            unit.kind == "heading" or _is_intro(unit.text) or _words(unit.text) < 4 or _citation_only(unit.text)
-            or not_found(unit.text) or bool(_WRAPPER.match(normalise(unit.text)) and _words(unit.text) <= 8)
+            unit.kind == "heading"
+            or _is_intro(unit.text)
+            or _words(unit.text) < 4
+            or _citation_only(unit.text)
+            or not_found(unit.text)
+            or bool(_WRAPPER.match(normalise(unit.text)) and _words(unit.text) <= 8)
             or (refusal and not re.search(r"\d", strip_citations(unit.text)))
         )
         if not cover and not exempt:

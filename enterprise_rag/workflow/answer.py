@@ -24,7 +24,7 @@ from workflows.events import Event, StartEvent, StopEvent
 from enterprise_rag.config import RagSettings
 from enterprise_rag.correction.decision import DecisionResult, decide
 from enterprise_rag.correction.grading import Grade, Grader
-from enterprise_rag.errors import LLMError
+from enterprise_rag.errors import LLMError, WebSearchError
 from enterprise_rag.generation import prompts
 from enterprise_rag.generation.prompts import NOT_FOUND_ANSWER, Source
 from enterprise_rag.principal import Principal
@@ -113,7 +113,9 @@ class AnswerWorkflow(Workflow):
 
     def _done(self, answer: str, *, not_found: bool = False) -> StopEvent:
         self.s.answer = answer
-        return StopEvent(result=Outcome.from_state(self.s, self.caller, not_found=not_found))
+        return StopEvent(
+            result=Outcome.from_state(self.s, self.caller, not_found=not_found, web_cap=self.cfg.web_confidence_cap)
+        )
 
     # -- 1. standalone rewrite and retrieval necessity
     @step
@@ -206,9 +208,13 @@ class AnswerWorkflow(Workflow):
         phrasings = [s.query]
         if s.decision is not None and s.decision.decision == "fallback" and self.cfg.web_phrasings > 1:
             phrasings += await _to_thread(self.deps.expand, self.caller, s.query, self.cfg.web_phrasings - 1)
-        results = await _to_thread(self.deps.web_search, phrasings)
+        error = None
+        try:
+            results = await _to_thread(self.deps.web_search, phrasings)
+        except WebSearchError as exc:  # a web outage must not fail the query: go on with the corpus
+            error, results = str(exc), []
         s.web_used = bool(results)
-        self._trace("web", t0, reason=ev.reason, phrasings=phrasings, results=[r.url for r in results])
+        self._trace("web", t0, reason=ev.reason, phrasings=phrasings, results=[r.url for r in results], error=error)
         if not results and not self._kept_nodes():
             return self._done(NOT_FOUND_ANSWER, not_found=True)
         s.sources = web_sources(results, 1)

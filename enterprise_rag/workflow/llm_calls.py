@@ -144,7 +144,7 @@ class LLMCaller:
         try:
             return pool.submit(llm.chat, messages, **kwargs).result(timeout=self._timeout_s)
         except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"no answer within {self._timeout_s:.0f} s") from None
+            raise TimeoutError(f"no answer within {self._timeout_s:g} s") from None
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 

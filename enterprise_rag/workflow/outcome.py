@@ -42,7 +42,7 @@ class Outcome:
     """Builds the result object of a finished run."""
 
     @staticmethod
-    def from_state(state: RunState, caller: LLMCaller, *, not_found: bool) -> QueryResult:
+    def from_state(state: RunState, caller: LLMCaller, *, not_found: bool, web_cap: float) -> QueryResult:
         s = state
         citations = [] if not_found or s.flagged else citations_for(s.answer, s.sources)
         corpus = sum(1 for c in citations if c.kind == "corpus")
@@ -54,7 +54,7 @@ class Outcome:
             usefulness = {"label": "not_found", "score": 0.5}
         conf = confidence(
             relevance, verdict.score, usefulness["score"], web_sources=web, corpus_sources=corpus, flagged=s.flagged,
-            not_found=not_found, web_cap=0.5,
+            not_found=not_found, web_cap=web_cap,
         )  # fmt: skip
         stats = caller.stats
         return QueryResult(

@@ -85,7 +85,7 @@ async def run_query(
     t0 = time.perf_counter()
     try:
         result: QueryResult = await workflow.run()
-    except Exception as exc:
+    except BaseException as exc:  # also cancellation and interrupts: the trace must not stay 'running'
         store.finish(trace_id, None, error=f"{type(exc).__name__}: {exc}")
         raise
     result.trace_id = trace_id

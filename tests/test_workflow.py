@@ -1,0 +1,670 @@
+"""The corrective answer workflow, branch by branch, with deterministic scripted LLMs.
+
+Every test runs the real workflow on the real embedded PostgreSQL with the real
+local embedding model; only the two LLM roles are :class:`ScriptedLLM` fakes.
+Their handlers read the passages / sources out of the prompt, so grades and
+answers follow from the documents, not from call order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.config import load_settings
+from enterprise_rag.errors import LLMError, PermissionDeniedError
+from enterprise_rag.generation.prompts import NOT_FOUND_ANSWER
+from enterprise_rag.providers.web_search import CuratedWebSearch, EgressPolicy, TavilyWebSearch
+from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.workflow.answer import FLAGGED_ANSWER
+
+ALICE = Principal(user_id="alice", groups=["all-staff"])
+QUESTION = "How many days of paid vacation does an employee get per year?"
+FACT = "27 days"
+
+DOCS = {
+    "vacation.md": "# Vacation policy\n\nEvery employee receives 27 days of paid vacation per calendar year.\n\n"
+    "Unused vacation days carry over until March 31 of the following year.\n",
+    "expenses.md": "# Travel expenses\n\nMeals during business travel are reimbursed up to 60 euros per day.\n\n"
+    "Receipts must be uploaded to the expense portal within 30 days of the trip.\n",
+    "passwords.md": "# Password rules\n\nPasswords must be at least 14 characters long.\n\n"
+    "Passwords are rotated every 180 days and are never reused.\n",
+}
+CURATED = {
+    "nitrogen.md": "---\nurl: https://intranet.example/lab/nitrogen\ntitle: Cryogenics handbook\n---\n"
+    "# Liquid nitrogen\n\nLiquid nitrogen boils at minus 196 degrees Celsius at normal pressure.\n",
+}
+NITROGEN_QUESTION = "At what temperature does liquid nitrogen boil?"
+
+Handler = Callable[[list[Any], dict[str, Any]], Any]
+
+
+class Crash(BaseException):
+    """Stands for a process dying mid-run: LLMCaller retries Exceptions, not this."""
+
+
+# ---- reading the prompts ----------------------------------------------------------------------------------
+def passages_in(messages: list[Any]) -> dict[str, str]:
+    """The graded passages of a 'grade' prompt, by id (P1..Pn)."""
+    body = messages[-1].content
+    block = body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]
+    parts = re.split(r"(?m)^\[(P\d+)\]\n", block)
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
+def sources_in(messages: list[Any]) -> dict[str, str]:
+    """The numbered sources of a generate / revise / check prompt, by label (S1..Sn)."""
+    system = messages[0].content
+    block = system.split("<sources>\n", 1)[1].rsplit("\n</sources>", 1)[0]
+    parts = re.split(r"(?m)^\[(S\d+)\] \([^\n]*\n", block)
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
+def sentence_with(text: str, keyword: str) -> str:
+    for sentence in re.split(r"(?<=[.!?])\s+", text):
+        if keyword.lower() in sentence.lower():
+            return sentence.strip().rstrip(".")
+    raise AssertionError(f"{keyword!r} not in {text!r}")
+
+
+# ---- scripted handlers ------------------------------------------------------------------------------------
+def grade_yes_if(keyword: str) -> Handler:
+    """'yes' with evidence copied from the passage when it contains ``keyword``, else 'no'."""
+
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for pid, text in passages_in(messages).items():
+            if keyword.lower() in text.lower():
+                out[pid] = {"evidence": sentence_with(text, keyword)[:80], "answers": "yes"}
+            else:
+                out[pid] = {"evidence": "none", "answers": "no"}
+        return out
+
+    return handler
+
+
+def grade_all(answers: str, evidence: str) -> Handler:
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {pid: {"evidence": evidence, "answers": answers} for pid in passages_in(messages)}
+
+    return handler
+
+
+GRADE_NO = grade_all("no", "none")
+# A claimed answer whose evidence is not in the passage counts as partial (small models invent evidence).
+GRADE_PARTIAL = grade_all("yes", "purple elephants dance on the moon at midnight")
+
+
+def answer_with(keyword: str) -> Handler:
+    """Answer with the sentence of the first source holding ``keyword``, cited; else the not-found reply."""
+
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> str:
+        for label, text in sources_in(messages).items():
+            if keyword.lower() in text.lower():
+                return f"{sentence_with(text, keyword)} [{label}]."
+        return NOT_FOUND_ANSWER
+
+    return handler
+
+
+def check_reply(supported: bool = True, answers: bool = True) -> dict[str, Any]:
+    return {"claims": [{"claim": "the stated number of days", "supported": supported}], "answers_question": answers}
+
+
+CHECK_OK = check_reply()
+
+
+def failing(exc: BaseException) -> Handler:
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        raise exc
+
+    return handler
+
+
+def fail_then(times: int, exc: Exception, then: Any) -> Handler:
+    state = {"n": 0}
+
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        state["n"] += 1
+        if state["n"] <= times:
+            raise exc
+        return then(messages, kwargs) if callable(then) else then
+
+    return handler
+
+
+def sleeping(seconds: float, then: Any) -> Handler:
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        time.sleep(seconds)
+        return then(messages, kwargs) if callable(then) else then
+
+    return handler
+
+
+def must_not_run(name: str) -> Handler:
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        raise AssertionError(f"{name} must have been replayed from the trace, not called")
+
+    return handler
+
+
+# ---- fixtures ---------------------------------------------------------------------------------------------
+def write_docs(folder: Path, docs: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in docs.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+MakeRag = Callable[..., EnterpriseRAG]
+
+
+@pytest.fixture
+def make_rag(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> Iterator[MakeRag]:
+    """Build EnterpriseRAGs on one fresh database with injected scripted LLMs; the docs are ingested once."""
+    docs = write_docs(tmp_path / "docs", DOCS)
+    made: list[EnterpriseRAG] = []
+
+    def build(
+        generator: ScriptedLLM,
+        grader: ScriptedLLM,
+        *,
+        workflow: dict[str, Any] | None = None,
+        web_search: dict[str, Any] | None = None,
+    ) -> EnterpriseRAG:
+        overrides: dict[str, Any] = {
+            "database": {"dsn": fresh_dsn},
+            "workflow": {"llm_backoff_s": 0.01, "llm_timeout_s": 5.0, **(workflow or {})},
+        }
+        if web_search is not None:
+            overrides["web_search"] = web_search
+        rag = EnterpriseRAG(
+            data_dir=tmp_path / "data",
+            settings=load_settings(None, **overrides),
+            embed_model=embed_model,
+            generator=generator,
+            grader=grader,
+        )
+        if not made:
+            report = rag.ingest(docs, allowed_groups=["all-staff"])
+            assert not report.failed, report.failed
+        made.append(rag)
+        return rag
+
+    yield build
+    for rag in made:
+        rag.close()
+
+
+def llms(
+    grade: Any = None, generate: Any = None, check: Any = CHECK_OK, **more: Any
+) -> tuple[ScriptedLLM, ScriptedLLM]:
+    """(generator, grader) with the usual handlers; ``more`` adds grader tasks (rewrite, standalone) and revise."""
+    gen_handlers = {"generate": generate or answer_with(FACT), "revise": more.pop("revise", answer_with(FACT))}
+    grader_handlers = {"grade": grade or grade_yes_if(FACT), "check": check,
+                       "rewrite": "paid vacation days per calendar year", **more}  # fmt: skip
+    return ScriptedLLM(gen_handlers), ScriptedLLM(grader_handlers)
+
+
+def step_data(trace: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [s["data"] for s in trace["steps"] if s["step"] == name]
+
+
+# ---- proceed, payload, trace, grade cache ---------------------------------------------------------------
+def test_proceed_answers_with_citations_and_the_design_payload(make_rag: MakeRag) -> None:
+    generator, grader = llms()
+    rag = make_rag(generator, grader)
+
+    res = rag.query(QUESTION, user=ALICE)
+
+    assert FACT in res.answer and "[S1]" in res.answer
+    p = res.pipeline
+    assert p["decision"] == "proceed" and p["retrieval_used"] is True
+    assert (p["query_rewrites"], p["hallucination_retries"], p["usefulness_retries"]) == (0, 0, 0)
+    assert p["web_search_used"] is False and p["flagged_for_review"] is False
+    assert (grader.count("grade"), generator.count("generate"), grader.count("check")) == (1, 1, 1)
+    assert grader.count("rewrite") == 0 and generator.count("revise") == 0
+    assert p["llm_calls"] == 3 and p["prompt_tokens"] > 0 and p["completion_tokens"] > 0
+
+    (citation,) = res.citations
+    assert citation.label == "S1" and citation.kind == "corpus"
+    assert citation.source.endswith("vacation.md") and citation.document_id
+    assert FACT in citation.quote
+    ev = res.evaluation
+    assert ev["support"] == {"label": "fully_supported", "score": 1.0, "unsupported_claims": []}
+    assert ev["usefulness"] == {"label": "useful", "score": 1.0}
+    assert ev["sources"] == {"corpus": 1, "web": 0}
+    assert ev["retrieval_relevance"] > 0.5 and ev["confidence"] > 0.7
+
+    payload = res.to_dict()
+    json.dumps(payload)  # JSON-able as is
+    assert set(payload) == {"answer", "citations", "evaluation", "pipeline", "trace_id"}
+    assert payload["trace_id"] == res.trace_id and res.trace_id
+    assert [set(c) for c in payload["citations"]] == [{"label", "source", "page", "document_id", "quote"}]
+    assert set(payload["evaluation"]) == {"confidence", "retrieval_relevance", "support", "usefulness", "sources"}
+    assert set(payload["evaluation"]["support"]) == {"label", "score", "unsupported_claims"}
+    assert set(payload["evaluation"]["usefulness"]) == {"label", "score"}
+    assert set(payload["evaluation"]["sources"]) == {"corpus", "web"}
+    assert {
+        "retrieval_used", "decision", "query_rewrites", "web_search_used", "hallucination_retries",
+        "usefulness_retries", "flagged_for_review", "llm_calls", "prompt_tokens", "completion_tokens", "latency_ms",
+    } <= set(payload["pipeline"])  # fmt: skip
+    assert isinstance(payload["pipeline"]["latency_ms"], int) and payload["pipeline"]["latency_ms"] > 0
+
+
+def test_trace_records_steps_grades_prompts_for_its_owner_only(make_rag: MakeRag) -> None:
+    generator, grader = llms()
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None and trace["status"] == "done" and trace["question"] == QUESTION
+    names = [s["step"] for s in trace["steps"]]
+    assert names == ["prepare", "retrieve", "grade", "refine", "generate", "citations", "check"]
+    (grade,) = step_data(trace, "grade")
+    assert grade["decision"] == "proceed"
+    assert any(g["grade"] == "yes" and g["method"] == "llm" for g in grade["grades"])
+    assert step_data(trace, "retrieve")[0]["query"] == QUESTION
+    assert step_data(trace, "generate")[0]["answer"] == res.answer
+    calls = trace["llm_calls"]
+    assert [c["name"] for c in calls] == ["grade", "generate", "check"]
+    assert [c["seq"] for c in calls] == [1, 2, 3]
+    generate = calls[1]
+    assert generate["role"] == "generator" and generate["model"] == "scripted"
+    assert "Task: generate" in generate["messages"][-1]["content"] and generate["response"] == res.answer
+    assert trace["result"] == res.to_dict()
+
+    mallory = Principal(user_id="mallory", groups=["all-staff"])
+    assert rag.trace(res.trace_id, mallory) is None
+    with pytest.raises(PermissionDeniedError):
+        rag.resume(res.trace_id, mallory)
+
+
+def test_same_question_twice_uses_the_grade_cache(make_rag: MakeRag) -> None:
+    generator, grader = llms()
+    rag = make_rag(generator, grader)
+    first = rag.query(QUESTION, user=ALICE)
+    second = rag.query(QUESTION, user=ALICE)
+
+    assert grader.count("grade") == 1
+    assert second.answer == first.answer and second.pipeline["decision"] == "proceed"
+    assert second.pipeline["llm_calls"] == 2  # generate + check only
+    trace = rag.trace(second.trace_id, ALICE)
+    assert trace is not None
+    methods = {g["method"] for g in step_data(trace, "grade")[0]["grades"]}
+    assert "cache" in methods and "llm" not in methods
+
+
+def test_follow_up_is_rewritten_standalone_before_retrieval(make_rag: MakeRag) -> None:
+    generator, grader = llms(standalone="How many days of paid vacation does an employee get per year?")
+    rag = make_rag(generator, grader)
+    history = [
+        {"role": "user", "content": "Tell me about the vacation policy."},
+        {"role": "assistant", "content": "It covers paid vacation and carry-over."},
+    ]
+    res = rag.query("And how many days per year?", user=ALICE, history=history)
+
+    assert grader.count("standalone") == 1
+    assert FACT in res.answer and res.pipeline["decision"] == "proceed"
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None and trace["history"] == history
+    assert step_data(trace, "prepare")[0]["standalone_question"] == QUESTION
+    assert step_data(trace, "retrieve")[0]["query"] == QUESTION
+
+
+def test_failed_standalone_rewrite_falls_back_to_the_conversation_words(make_rag: MakeRag) -> None:
+    generator, grader = llms(standalone=failing(TimeoutError("no answer")))
+    rag = make_rag(generator, grader, workflow={"llm_max_retries": 1})
+    history = [{"role": "user", "content": "Tell me about paid vacation."}, {"role": "assistant", "content": "Sure."}]
+    res = rag.query("How many days per year?", user=ALICE, history=history)
+
+    assert grader.count("standalone") == 2
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    assert step_data(trace, "retrieve")[0]["query"] == "Tell me about paid vacation. How many days per year?"
+    assert FACT in res.answer
+
+
+def test_small_talk_needs_no_retrieval_and_no_llm(make_rag: MakeRag) -> None:
+    generator, grader = llms()
+    rag = make_rag(generator, grader)
+    res = rag.query("Hello!", user=ALICE)
+    assert res.pipeline["retrieval_used"] is False and res.pipeline["llm_calls"] == 0
+    assert generator.calls == [] and grader.calls == [] and res.citations == []
+
+
+# ---- corrective decisions -------------------------------------------------------------------------------
+def test_augment_rewrites_up_to_the_cap_then_answers_from_partial_passages(make_rag: MakeRag) -> None:
+    generator, grader = llms(grade=GRADE_PARTIAL)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 2})
+    res = rag.query(QUESTION, user=ALICE)
+
+    p = res.pipeline
+    assert p["decision"] == "augment" and p["query_rewrites"] == 2 and grader.count("rewrite") == 2
+    assert p["web_search_used"] is False
+    assert generator.count("generate") == 1 and FACT in res.answer and res.citations
+    assert res.evaluation["retrieval_relevance"] <= 0.5
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    queries = [d["query"] for d in step_data(trace, "retrieve")]
+    assert queries == [QUESTION, "paid vacation days per calendar year", "paid vacation days per calendar year"]
+    assert [d["decision"] for d in step_data(trace, "grade")] == ["augment"] * 3
+    assert all(g["grade"] in ("partial", "no") for g in step_data(trace, "grade")[-1]["grades"])
+
+
+def test_fallback_without_web_is_not_found_without_a_generation_call(make_rag: MakeRag) -> None:
+    generator, grader = llms(grade=GRADE_NO)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 1})
+    res = rag.query(QUESTION, user=ALICE)
+
+    assert res.answer == NOT_FOUND_ANSWER and res.citations == []
+    p = res.pipeline
+    assert p["decision"] == "fallback" and p["query_rewrites"] == 1 and p["web_search_used"] is False
+    assert p["not_found"] is True and p["flagged_for_review"] is False
+    assert generator.calls == [] and grader.count("check") == 0
+    assert res.evaluation["sources"] == {"corpus": 0, "web": 0}
+    assert res.evaluation["usefulness"]["label"] == "not_found"
+    assert res.evaluation["confidence"] <= 0.5
+
+
+def test_generator_not_found_is_treated_as_fallback(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate=NOT_FOUND_ANSWER)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
+    res = rag.query(QUESTION, user=ALICE)
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
+    assert res.pipeline["decision"] == "fallback" and res.citations == []
+    assert generator.count("generate") == 1 and grader.count("check") == 0
+
+
+def test_uncited_answer_is_revised_once(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate="Every employee receives 27 days of paid vacation per calendar year.")
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert generator.count("generate") == 1 and generator.count("revise") == 1
+    assert "[S1]" in res.answer and res.citations
+    revise_prompt = generator.calls[-1][1][-1].content
+    assert "Problems found" in revise_prompt
+
+
+# ---- web fallback and egress ----------------------------------------------------------------------------
+def test_web_fallback_uses_curated_sources_labelled_web_with_capped_confidence(
+    make_rag: MakeRag, tmp_path: Path
+) -> None:
+    curated = write_docs(tmp_path / "curated", CURATED)
+    generator, grader = llms(grade=GRADE_NO, generate=answer_with("196"), rewrite="liquid nitrogen boiling point")
+    rag = make_rag(
+        generator, grader,
+        workflow={"max_query_rewrites": 1, "web_phrasings": 2, "web_confidence_cap": 0.3},
+        web_search={"provider": "curated", "curated_dir": str(curated), "egress_groups": []},
+    )  # fmt: skip
+    res = rag.query(NITROGEN_QUESTION, user=ALICE)
+
+    assert "196" in res.answer
+    p = res.pipeline
+    assert p["decision"] == "fallback" and p["web_search_used"] is True and p["query_rewrites"] == 1
+    assert grader.count("rewrite") == 2  # one corpus rewrite, one extra web phrasing
+    (citation,) = res.citations
+    assert citation.kind == "web" and citation.source == "https://intranet.example/lab/nitrogen"
+    assert "196" in citation.quote
+    assert res.evaluation["sources"] == {"corpus": 0, "web": 1}
+    assert res.evaluation["retrieval_relevance"] < 0.5
+    assert res.evaluation["confidence"] <= 0.3
+    assert res.sources[0]["kind"] == "web"
+    generate_prompt = generator.calls[0][1][0].content
+    assert "WEB RESULT, not a company document" in generate_prompt
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    (web,) = step_data(trace, "web")
+    assert web["results"] == ["https://intranet.example/lab/nitrogen"] and len(web["phrasings"]) == 2
+
+
+def test_augment_with_web_keeps_corpus_passages_and_caps_confidence(make_rag: MakeRag, tmp_path: Path) -> None:
+    curated = write_docs(tmp_path / "curated", {
+        "leave.md": "---\nurl: https://intranet.example/hr/leave-faq\n---\n# Leave FAQ\n\n"
+        "Staff get 27 days of paid vacation each year according to the public leave FAQ.\n",
+    })  # fmt: skip
+
+    def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> str:
+        found = [(label, text) for label, text in sources_in(messages).items() if FACT in text]
+        return " ".join(f"{sentence_with(text, FACT)} [{label}]." for label, text in found)
+
+    generator, grader = llms(grade=GRADE_PARTIAL, generate=cite_every_source)
+    rag = make_rag(
+        generator, grader, workflow={"max_query_rewrites": 0, "web_confidence_cap": 0.4},
+        web_search={"provider": "curated", "curated_dir": str(curated)},
+    )  # fmt: skip
+    res = rag.query(QUESTION, user=ALICE)
+
+    p = res.pipeline
+    assert p["decision"] == "augment" and p["web_search_used"] is True
+    assert grader.count("rewrite") == 0  # augment searches the web with the question only, no expansion
+    kinds = {c.source: c.kind for c in res.citations}
+    assert kinds["https://intranet.example/hr/leave-faq"] == "web"
+    assert any(k == "corpus" and s.endswith("vacation.md") for s, k in kinds.items())
+    assert res.evaluation["sources"]["web"] == 1 and res.evaluation["sources"]["corpus"] >= 1
+    # No corpus passage answered (all partial): resting partly on the web, it is not high-confidence.
+    assert res.evaluation["retrieval_relevance"] <= 0.5
+    assert res.evaluation["confidence"] <= 0.4
+
+
+def test_web_fallback_refused_when_egress_not_allowed_for_the_groups(make_rag: MakeRag) -> None:
+    generator, grader = llms(grade=GRADE_NO)
+    rag = make_rag(
+        generator, grader, workflow={"max_query_rewrites": 0},
+        web_search={"provider": "tavily", "api_key": "tvly-test-not-a-key", "egress_groups": ["research"]},
+    )  # fmt: skip
+    assert rag.providers.egress_policy.leaves_machine
+    res = rag.query(NITROGEN_QUESTION, user=ALICE)  # alice is not in 'research': the question stays here
+
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["web_search_used"] is False
+    assert res.pipeline["decision"] == "fallback" and generator.calls == []
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None and step_data(trace, "web") == []
+
+
+def test_web_search_failure_falls_back_to_not_found(make_rag: MakeRag, tmp_path: Path) -> None:
+    curated = write_docs(tmp_path / "curated", CURATED)
+    generator, grader = llms(grade=GRADE_NO)
+    rag = make_rag(
+        generator, grader, workflow={"max_query_rewrites": 0},
+        web_search={"provider": "curated", "curated_dir": str(curated)},
+    )  # fmt: skip
+    assert rag.providers.web_search is not None
+    for f in curated.iterdir():
+        f.unlink()
+    curated.rmdir()  # the source breaks after start-up: the query must still get a clear answer
+
+    res = rag.query(NITROGEN_QUESTION, user=ALICE)
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["web_search_used"] is False
+    assert generator.calls == []
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None and "no longer exists" in step_data(trace, "web")[0]["error"]
+
+
+def test_egress_policy_gates_only_sources_that_leave_the_machine(tmp_path: Path) -> None:
+    import tavily
+
+    tavily_search = TavilyWebSearch(tavily.TavilyClient(api_key="tvly-test-not-a-key"))
+    research = Principal(user_id="rita", groups=["research", "all-staff"])
+    policy = EgressPolicy(tavily_search, ["research"])
+    assert policy.leaves_machine
+    assert policy.allows(research) and not policy.allows(ALICE)
+    assert not policy.allows(Principal(user_id="nobody"))
+    assert not EgressPolicy(tavily_search, []).allows(research)  # empty list = nobody
+    assert not EgressPolicy(None, ["research"]).allows(research)  # disabled = nobody
+    curated = CuratedWebSearch(write_docs(tmp_path / "curated", CURATED))
+    assert not EgressPolicy(curated, []).leaves_machine and EgressPolicy(curated, []).allows(ALICE)
+    with pytest.raises(PermissionDeniedError):
+        policy.allows(None)  # type: ignore[arg-type]
+
+
+# ---- support and usefulness loops -----------------------------------------------------------------------
+def test_hallucination_retries_are_capped_then_flagged(make_rag: MakeRag) -> None:
+    generator, grader = llms(check=check_reply(supported=False))
+    rag = make_rag(generator, grader, workflow={"max_hallucination_retries": 2})
+    res = rag.query(QUESTION, user=ALICE)
+
+    p = res.pipeline
+    assert p["flagged_for_review"] is True and p["hallucination_retries"] == 2
+    assert res.answer == FLAGGED_ANSWER and res.citations == []
+    assert generator.count("generate") == 1 and generator.count("revise") == 2 and grader.count("check") == 3
+    assert res.evaluation["support"]["label"] == "not_supported"
+    assert res.evaluation["support"]["unsupported_claims"] == ["the stated number of days"]
+    assert res.evaluation["confidence"] <= 0.2
+    revise_prompt = next(msgs for name, msgs in generator.calls if name == "revise")[-1].content
+    assert "Not supported by the sources: the stated number of days" in revise_prompt
+
+
+def test_hallucination_retry_that_succeeds_is_not_flagged(make_rag: MakeRag) -> None:
+    replies = iter([check_reply(supported=False), CHECK_OK])
+    generator, grader = llms(check=lambda m, k: next(replies))
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert res.pipeline["hallucination_retries"] == 1 and res.pipeline["flagged_for_review"] is False
+    assert FACT in res.answer and res.evaluation["support"]["label"] == "fully_supported"
+
+
+def test_usefulness_retries_are_capped(make_rag: MakeRag) -> None:
+    generator, grader = llms(check=check_reply(answers=False))
+    rag = make_rag(generator, grader, workflow={"max_usefulness_retries": 1})
+    res = rag.query(QUESTION, user=ALICE)
+
+    p = res.pipeline
+    assert p["usefulness_retries"] == 1 and p["flagged_for_review"] is False
+    assert grader.count("rewrite") == 1 and generator.count("generate") == 2 and grader.count("check") == 2
+    assert grader.count("grade") == 1  # the rerun grades only passages it has not graded yet
+    assert res.evaluation["usefulness"] == {"label": "not_useful", "score": 0.0}
+    assert FACT in res.answer
+
+
+# ---- LLM failures: bounded retries, then a clear outcome ------------------------------------------------
+def test_grader_failure_fails_open_with_ungraded_passages(make_rag: MakeRag) -> None:
+    generator, grader = llms(grade=failing(RuntimeError("500 Internal Server Error")))
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "llm_max_retries": 2})
+    res = rag.query(QUESTION, user=ALICE)
+
+    assert grader.count("grade") == 3  # 1 + 2 retries, then give up
+    assert res.pipeline["decision"] == "augment" and FACT in res.answer and res.citations
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    grades = step_data(trace, "grade")[0]["grades"]
+    assert grades and all(g["grade"] == "ungraded" and g["method"] == "fail-open" for g in grades)
+    # A failed grading is not cached: the next run asks again.
+    rag.query(QUESTION, user=ALICE)
+    assert grader.count("grade") == 6
+
+
+def test_grader_timeout_is_retried_then_fails_open(make_rag: MakeRag) -> None:
+    generator, grader = llms(grade=sleeping(1.0, grade_yes_if(FACT)))
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "llm_timeout_s": 0.2, "llm_max_retries": 1})
+    t0 = time.perf_counter()
+    res = rag.query(QUESTION, user=ALICE)
+
+    assert grader.count("grade") == 2
+    assert time.perf_counter() - t0 < 5
+    assert res.pipeline["decision"] == "augment" and FACT in res.answer
+
+
+def test_rate_limit_is_retried_with_backoff_then_succeeds(make_rag: MakeRag) -> None:
+    generator, grader = llms(check=fail_then(2, RuntimeError("429 Too Many Requests"), CHECK_OK))
+    rag = make_rag(generator, grader, workflow={"llm_max_retries": 2, "llm_backoff_s": 0.05})
+    t0 = time.perf_counter()
+    res = rag.query(QUESTION, user=ALICE)
+
+    assert grader.count("check") == 3
+    assert time.perf_counter() - t0 >= 0.05 + 0.1  # backoff 0.05 s, then 0.1 s
+    assert res.pipeline["flagged_for_review"] is False and FACT in res.answer
+    assert res.pipeline["llm_calls"] == 3  # failed attempts are not successful calls
+
+
+def test_support_check_always_rate_limited_fails_closed(make_rag: MakeRag) -> None:
+    generator, grader = llms(check=failing(RuntimeError("429 Too Many Requests")))
+    rag = make_rag(generator, grader, workflow={"llm_max_retries": 1, "max_hallucination_retries": 2})
+    res = rag.query(QUESTION, user=ALICE)
+
+    assert grader.count("check") == 2  # no revision loop on an unknown verdict
+    assert generator.count("revise") == 0
+    p = res.pipeline
+    assert p["flagged_for_review"] is True and p["hallucination_retries"] == 0
+    assert res.answer == FLAGGED_ANSWER and res.citations == []
+    assert res.evaluation["support"]["label"] == "unknown"
+    assert res.evaluation["confidence"] <= 0.2
+
+
+def test_malformed_json_is_retried_then_fails_open_for_grading(make_rag: MakeRag) -> None:
+    generator, grader = llms(grade="not json", check="not json")
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "llm_max_retries": 2})
+    res = rag.query(QUESTION, user=ALICE)
+
+    assert grader.count("grade") == 3 and grader.count("check") == 3
+    assert res.pipeline["decision"] == "augment"
+    assert res.pipeline["flagged_for_review"] is True and res.answer == FLAGGED_ANSWER
+
+
+def test_json_missing_a_passage_is_retried(make_rag: MakeRag) -> None:
+    """Schema-valid JSON is required: a grade object that skips a passage is a malformed reply."""
+    grader_ok = grade_yes_if(FACT)
+    replies = iter([{"P1": {"evidence": "none"}}])
+
+    def first_incomplete(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        return next(replies, None) or grader_ok(messages, kwargs)
+
+    generator, grader = llms(grade=first_incomplete)
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert grader.count("grade") == 2 and res.pipeline["decision"] == "proceed"
+
+
+def test_generator_timeout_raises_a_clear_error_and_marks_the_trace_failed(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate=sleeping(1.0, answer_with(FACT)))
+    rag = make_rag(generator, grader, workflow={"llm_timeout_s": 0.2, "llm_max_retries": 1})
+    with pytest.raises(LLMError, match=r"'generate' failed after 2 attempts: no answer within 0\.2 s"):
+        rag.query(QUESTION, user=ALICE)
+    assert generator.count("generate") == 2
+
+    (recent,) = [t for t in _recent(rag) if t["question"] == QUESTION]
+    trace = rag.trace(recent["trace_id"], ALICE)
+    assert trace is not None and trace["status"] == "failed" and "generate" in trace["error"]
+
+
+def _recent(rag: EnterpriseRAG) -> list[dict[str, Any]]:
+    from enterprise_rag.trace.store import TraceStore
+
+    return TraceStore(rag.db).recent(ALICE)
+
+
+# ---- resume -------------------------------------------------------------------------------------------
+def test_resume_after_a_crash_replays_finished_calls(make_rag: MakeRag) -> None:
+    generator, grader = llms(check=failing(Crash("process killed during the support check")))
+    rag = make_rag(generator, grader)
+    with pytest.raises(Crash):
+        rag.query(QUESTION, user=ALICE)
+    (recent,) = _recent(rag)
+    trace_id = recent["trace_id"]
+    crashed = rag.trace(trace_id, ALICE)
+    assert crashed is not None and crashed["status"] == "failed" and "Crash" in crashed["error"]
+    assert [c["name"] for c in crashed["llm_calls"]] == ["grade", "generate"]
+    drafted = crashed["llm_calls"][1]["response"]
+    assert FACT in drafted
+
+    generator2 = ScriptedLLM({"generate": must_not_run("generate"), "revise": must_not_run("revise")})
+    grader2 = ScriptedLLM({"grade": must_not_run("grade"), "rewrite": must_not_run("rewrite"), "check": CHECK_OK})
+    resumed_rag = make_rag(generator2, grader2)
+    res = resumed_rag.resume(trace_id, ALICE)
+
+    assert res.trace_id == trace_id and res.answer == drafted
+    assert [name for name, _ in grader2.calls] == ["check"] and generator2.calls == []
+    assert res.pipeline["llm_calls"] == 1 and res.pipeline["llm_calls_replayed"] >= 1
+    assert res.pipeline["flagged_for_review"] is False and res.citations
+    done = resumed_rag.trace(trace_id, ALICE)
+    assert done is not None and done["status"] == "done" and done["error"] is None
+    assert [c["name"] for c in done["llm_calls"]] == ["grade", "generate", "check"]
+    assert [c["seq"] for c in done["llm_calls"]] == [1, 2, 3]
+    assert done["result"] == res.to_dict()
