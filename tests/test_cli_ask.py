@@ -1,0 +1,76 @@
+"""The ask / trace / demo command helpers, and `enterprise-rag trace` on a real stored trace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.cli_ask import SAMPLE_CORPUS, _demo_questions, show_result
+from enterprise_rag.cli_common import out
+from enterprise_rag.config import load_settings
+from enterprise_rag.testing import ScriptedLLM
+from tests.test_workflow import CHECK_OK, answer_with, grade_yes_if
+
+DOC = "---\ntitle: Leave\nallowed_groups: [staff]\n---\n# Leave\n\nStaff get 27 days of annual leave.\n"
+
+
+def _scripted_query(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> tuple[str, Any]:
+    (tmp_path / "leave.md").write_text(DOC)
+    rag = EnterpriseRAG(
+        data_dir=tmp_path / "data", settings=load_settings(None, database={"dsn": fresh_dsn}), embed_model=embed_model,
+        generator=ScriptedLLM({"generate": answer_with("27 days")}),
+        grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "check": CHECK_OK}),
+    )  # fmt: skip
+    rag.ingest([tmp_path / "leave.md"])
+    res = rag.query("How many days of annual leave do staff get?", user=Principal("ann", ["staff"]))
+    rag.close()
+    return res.trace_id, res
+
+
+def _cli(*args: str, config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "enterprise_rag.cli", *args, "--config", str(config)],
+        capture_output=True, text=True, timeout=300, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+
+
+def test_trace_command_shows_own_trace_only(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> None:
+    trace_id, res = _scripted_query(fresh_dsn, tmp_path, embed_model)
+    assert "27 days" in res.answer and res.citations[0].source.endswith("leave.md")
+    config = tmp_path / "cfg.yaml"
+    config.write_text(yaml.safe_dump({"database": {"dsn": fresh_dsn}}))
+    shown = _cli("trace", trace_id, "--user", "ann", config=config)
+    assert shown.returncode == 0, shown.stderr
+    for step in ("prepare", "retrieve", "grade", "generate", "citations", "check"):
+        assert step in shown.stdout
+    as_json = _cli("trace", trace_id, "--user", "ann", "--json", config=config)
+    assert json.loads(as_json.stdout)["status"] == "done"
+    other = _cli("trace", trace_id, "--user", "mallory", config=config)
+    assert other.returncode == 1 and "no trace" in other.stderr
+
+
+def test_show_result_prints_answer_citations_and_decision(
+    fresh_dsn: str, tmp_path: Path, embed_model: Any, monkeypatch: Any
+) -> None:
+    _, res = _scripted_query(fresh_dsn, tmp_path, embed_model)
+    monkeypatch.setattr(out, "width", 300)
+    with out.capture() as captured:
+        show_result(res)
+    text = captured.get()
+    assert "27 days" in text and "leave.md" in text and "decision proceed" in text and res.trace_id in text
+
+
+def test_demo_questions_include_out_of_corpus_and_permission_contrast() -> None:
+    manifest = yaml.safe_load((SAMPLE_CORPUS / "manifest.yaml").read_text())
+    picked = _demo_questions(manifest["questions"], 4)
+    assert len(picked) == 4
+    assert any(not q.get("expected_sources") and "not_visible_to" not in q and q in manifest["questions"]
+               for q in picked)  # fmt: skip
+    contrast = [q for q in picked if q not in manifest["questions"]]
+    assert contrast, "a question re-asked by a user who may not see its document"
