@@ -177,7 +177,7 @@ class RetrievalSettings(_Section):
         2400, ge=0, description="Parents longer than this are never merged into (keeps contexts small); 0 = no limit."
     )
     section_window_chars: int = Field(
-        1600, ge=0, description="A leaf hit grows with neighbours of its own section up to this many characters."
+        1200, ge=0, description="A leaf hit grows with neighbours of its own section up to this many characters."
     )
     superseded: Literal["demote", "exclude", "keep"] = Field(
         "demote", description="How documents with status superseded are treated."
@@ -192,7 +192,7 @@ class WorkflowSettings(_Section):
     """Bounds and thresholds of the corrective answer workflow (every loop has a cap)."""
 
     top_k: int = Field(5, ge=1, le=20, description="Passages retrieved per attempt and graded.")
-    max_sources: int = Field(5, ge=1, le=20, description="Sources given to the generator at most.")
+    max_sources: int = Field(4, ge=1, le=20, description="Sources given to the generator at most.")
     grade_floor: float = Field(
         0.12, ge=-1, le=1, description="Dense similarity under which a passage is rejected without an LLM call."
     )
@@ -205,7 +205,7 @@ class WorkflowSettings(_Section):
     refine_floor: float = Field(
         0.1, ge=-1, le=1, description="Strips below this similarity and sharing no word with the question are dropped."
     )
-    answer_max_tokens: int = Field(384, ge=32, description="Tokens for an answer.")
+    answer_max_tokens: int = Field(320, ge=32, description="Tokens for an answer.")
     check_max_tokens: int = Field(320, ge=32, description="Tokens for the support and usefulness check.")
     web_phrasings: int = Field(3, ge=1, le=5, description="Query phrasings searched on a full web fallback.")
     web_confidence_cap: float = Field(

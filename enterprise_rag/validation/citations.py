@@ -200,7 +200,7 @@ def _is_abbrev(before: str, next_char: str) -> bool:
     return low in _NUMBER_ABBREVS and next_char.isdigit()
 
 
-def _split_line(line: str) -> list[str]:
+def split_line(line: str) -> list[str]:
     """Sentences of one line; trailing citations stay with the sentence they follow."""
     out: list[str] = []
     start = 0
@@ -257,7 +257,7 @@ def _units(text: str) -> list[_Unit]:
         else:
             if _ITEM.match(line):
                 kind, line = "item", _ITEM.sub("", line, count=1)
-            parts = _split_line(line)
+            parts = split_line(line)
         for i, part in enumerate(parts):
             units.append(_Unit(part, para, line_no, kind, i == len(parts) - 1, _words(line)))
     return units

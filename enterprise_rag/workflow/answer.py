@@ -29,6 +29,7 @@ from enterprise_rag.generation import prompts
 from enterprise_rag.generation.prompts import NOT_FOUND_ANSWER, Source
 from enterprise_rag.principal import Principal
 from enterprise_rag.retrieval.transforms import _STANDALONE, History, history_text
+from enterprise_rag.validation.attribution import attribute_citations
 from enterprise_rag.validation.citations import NOT_FOUND_PHRASES, check_citations, cited_labels, normalise
 from enterprise_rag.validation.support import NOT_APPLICABLE, UNKNOWN, SupportVerdict, verdict_from_check
 from enterprise_rag.workflow.llm_calls import LLMCaller
@@ -269,12 +270,16 @@ class AnswerWorkflow(Workflow):
             # The generator is the last relevance judge: no answer in the kept sources is a fallback.
             self._trace("citations", t0, not_found=True)
             return self._generator_found_nothing()
-        report = check_citations(ev.answer, {x.label: x.text for x in s.sources})
-        self._trace("citations", t0, ok=report.ok, issues=[(i.kind, i.detail) for i in report.issues])
+        texts = {x.label: x.text for x in s.sources}
+        answer, attributed = attribute_citations(ev.answer, texts)
+        s.answer = answer
+        report = check_citations(answer, texts)
+        self._trace("citations", t0, ok=report.ok, attributed_in_code=attributed,
+                    issues=[(i.kind, i.detail) for i in report.issues])  # fmt: skip
         if not report.ok and s.citation_revisions < self.cfg.max_citation_revisions:
             s.citation_revisions += 1
             return Generate(feedback=report.feedback())
-        return CitationsChecked(answer=ev.answer)
+        return CitationsChecked(answer=answer)
 
     def _generator_found_nothing(self) -> Rewrite | WebFallback | StopEvent:
         s = self.s

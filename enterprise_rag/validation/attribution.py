@@ -1,0 +1,54 @@
+"""Citation repair in code: a sentence copied from a source gets that source's label.
+
+Small local models often quote a source faithfully but forget the ``[S1]``
+label. A sentence without a label whose content words are (almost) all in one
+source is attributed to that source; everything else is left for the citation
+check to flag. The support check still verifies every claim afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from enterprise_rag.validation.citations import split_line, cited_labels
+
+_WORD = re.compile(r"[\w'-]+")
+_MIN_WORDS = 4
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text) if len(w) > 2}
+
+
+def best_source(sentence: str, sources: Mapping[str, str], threshold: float) -> str | None:
+    """The label of the source containing at least ``threshold`` of the sentence's words, if one does."""
+    words = _words(sentence)
+    if len(words) < _MIN_WORDS:
+        return None
+    scores = {label: len(words & _words(text)) / len(words) for label, text in sources.items()}
+    label = max(scores, key=lambda k: scores[k], default=None)
+    return label if label is not None and scores[label] >= threshold else None
+
+
+def attribute_citations(answer: str, sources: Mapping[str, str], threshold: float = 0.8) -> tuple[str, int]:
+    """Add ``[Sk]`` after uncited sentences taken from source ``Sk``; returns the answer and how many were added."""
+    added = 0
+    lines = []
+    for line in answer.split("\n"):
+        pieces, cursor = [], 0
+        for sentence in split_line(line):
+            at = line.find(sentence, cursor)
+            if at < 0:
+                break
+            end = at + len(sentence)
+            pieces.append(line[cursor:end])
+            cursor = end
+            if not cited_labels(sentence):
+                label = best_source(sentence, sources, threshold)
+                if label is not None:
+                    pieces[-1] = pieces[-1].rstrip() + f" [{label}]"
+                    added += 1
+        pieces.append(line[cursor:])
+        lines.append("".join(pieces))
+    return "\n".join(lines), added
