@@ -248,3 +248,15 @@ def test_feedback_is_capped() -> None:
 def test_source_keys_are_canonicalised() -> None:
     report = check_citations("Wire transfers cost 2.5% of the amount [s1].", {"S01": SOURCES["S1"]})
     assert report.ok and report.cited_labels == ("S1",)
+
+
+def test_attribution_adds_the_label_of_the_source_a_sentence_was_copied_from() -> None:
+    from enterprise_rag.validation.attribution import attribute_citations
+
+    sources = {"S1": "Refunds are available within 30 days of the renewal date.", "S2": "VPN needs a hardware key."}
+    answer, added = attribute_citations("Refunds are available within 30 days of the renewal date. Ask us.", sources)
+    assert added == 1 and answer.startswith("Refunds are available within 30 days of the renewal date. [S1]")
+    untouched, none = attribute_citations("Customers can always get their money back whenever they like.", sources)
+    assert none == 0 and "[S" not in untouched
+    kept, zero = attribute_citations("The VPN needs a hardware key [S2].", sources)
+    assert zero == 0 and kept == "The VPN needs a hardware key [S2]."

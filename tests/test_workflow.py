@@ -384,13 +384,23 @@ def test_generator_not_found_is_treated_as_fallback(make_rag: MakeRag) -> None:
 
 
 def test_uncited_answer_is_revised_once(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate="Every employee receives 27 days of paid vacation per calendar year.")
+    generator, grader = llms(generate="Staff members are entitled to four weeks and two days of holiday in a year.")
     rag = make_rag(generator, grader)
     res = rag.query(QUESTION, user=ALICE)
     assert generator.count("generate") == 1 and generator.count("revise") == 1
     assert "[S1]" in res.answer and res.citations
     revise_prompt = generator.calls[-1][1][-1].content
     assert "Problems found" in revise_prompt
+
+
+def test_sentence_copied_from_a_source_is_attributed_in_code_without_revision(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate="Every employee receives 27 days of paid vacation per calendar year.")
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert generator.count("generate") == 1 and generator.count("revise") == 0
+    assert res.answer.endswith("[S1]") and res.citations[0].source.endswith("vacation.md")
+    citations_step = step_data(rag.trace(res.trace_id, ALICE), "citations")[0]
+    assert citations_step["attributed_in_code"] == 1 and citations_step["ok"] is True
 
 
 # ---- web fallback and egress ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from enterprise_rag.validation.citations import split_line, cited_labels
+from enterprise_rag.validation.citations import cited_labels, split_line
 
 _WORD = re.compile(r"[\w'-]+")
 _MIN_WORDS = 4
