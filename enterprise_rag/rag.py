@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from enterprise_rag.config import RagSettings, load_settings
 from enterprise_rag.db import Database
 from enterprise_rag.errors import PermissionDeniedError
 from enterprise_rag.evaluation.payload import QueryResult
+from enterprise_rag.workflow.streaming import StreamEvent
 from enterprise_rag.ingest.properties import document_id_for
 from enterprise_rag.ingest.report import IngestReport, Progress
 from enterprise_rag.principal import Principal, require_principal
@@ -149,6 +151,17 @@ class EnterpriseRAG:
         from enterprise_rag.workflow.runner import run_sync
 
         return run_sync(self.aquery(question, user, history, trace_id))
+
+    def stream_query(self, question: str, user: Principal, history: History | None = None) -> Iterator[StreamEvent]:
+        """Stream a query: one ``step`` event per workflow step as it finishes, then the answer text
+        sentence by sentence, then the full ``result``.
+
+        The answer is released only after the citation and support checks, so
+        nothing that a check would retract is ever shown.
+        """
+        from enterprise_rag.workflow.streaming import stream_query
+
+        return stream_query(self, question, require_principal(user), history)
 
     def resume(self, trace_id: str, user: Principal) -> QueryResult:
         """Resume an interrupted query from its trace (same user only)."""

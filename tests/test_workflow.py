@@ -678,3 +678,15 @@ def test_resume_after_a_crash_replays_finished_calls(make_rag: MakeRag) -> None:
     assert [c["name"] for c in done["llm_calls"]] == ["grade", "generate", "check"]
     assert [c["seq"] for c in done["llm_calls"]] == [1, 2, 3]
     assert done["result"] == res.to_dict()
+
+
+def test_stream_query_yields_steps_then_the_checked_answer_then_the_result(make_rag: MakeRag) -> None:
+    generator, grader = llms()
+    rag = make_rag(generator, grader)
+    events = list(rag.stream_query(QUESTION, user=ALICE))
+    kinds = [e.kind for e in events]
+    assert kinds[-1] == "result" and "answer" in kinds and kinds.index("answer") > kinds.index("step")
+    steps = [e.name for e in events if e.kind == "step"]
+    assert steps[:3] == ["prepare", "retrieve", "grade"] and steps[-1] == "check"
+    result = events[-1].data
+    assert "".join(e.text for e in events if e.kind == "answer").replace(" ", "") == result.answer.replace(" ", "")

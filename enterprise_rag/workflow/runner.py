@@ -6,7 +6,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from enterprise_rag.correction.grading import Grader
@@ -67,15 +67,23 @@ class WorkflowDeps:
         return sorted(seen.values(), key=lambda r: -r.score)[: self._rag.settings.workflow.max_sources]
 
 
+StepListener = Callable[[str, dict[str, Any]], None]
+
+
 async def run_query(
-    rag: EnterpriseRAG, question: str, principal: Principal, history: History | None, trace_id: str | None = None
+    rag: EnterpriseRAG,
+    question: str,
+    principal: Principal,
+    history: History | None,
+    trace_id: str | None = None,
+    on_step: StepListener | None = None,
 ) -> QueryResult:
     """Answer ``question`` for ``principal``; with the ``trace_id`` of an unfinished run, resume it."""
     cfg = rag.settings.workflow
     trace_id = trace_id or new_trace_id()
     store = TraceStore(rag.db)
     store.start(trace_id, principal, question, list(history or []))
-    recorder = TraceRecorder(store, trace_id)
+    recorder = TraceRecorder(store, trace_id, on_step)
     caller = LLMCaller(
         {"generator": rag.providers.generator, "grader": rag.providers.grader}, recorder,
         timeout_s=cfg.llm_timeout_s, max_retries=cfg.llm_max_retries, backoff_s=cfg.llm_backoff_s,
