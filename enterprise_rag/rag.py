@@ -15,7 +15,6 @@ from enterprise_rag.config import RagSettings, load_settings
 from enterprise_rag.db import Database
 from enterprise_rag.errors import PermissionDeniedError
 from enterprise_rag.evaluation.payload import QueryResult
-from enterprise_rag.workflow.streaming import StreamEvent
 from enterprise_rag.ingest.properties import document_id_for
 from enterprise_rag.ingest.report import IngestReport, Progress
 from enterprise_rag.principal import Principal, require_principal
@@ -23,6 +22,7 @@ from enterprise_rag.providers import Providers
 from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions
 from enterprise_rag.retrieval.transforms import History
 from enterprise_rag.store.writer import delete_documents
+from enterprise_rag.workflow.streaming import StreamEvent
 
 logger = logging.getLogger(__name__)
 
