@@ -34,8 +34,8 @@ from enterprise_rag import Principal
 from enterprise_rag.config import RagSettings, load_settings
 from enterprise_rag.errors import ConfigError, PermissionDeniedError, RagError, WebSearchError
 from enterprise_rag.providers import Providers
+from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import (
-    CuratedWebSearch,
     EgressPolicy,
     TavilyWebSearch,
     WebResult,

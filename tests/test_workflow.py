@@ -21,7 +21,8 @@ from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.errors import LLMError, PermissionDeniedError
 from enterprise_rag.generation.prompts import NOT_FOUND_ANSWER
-from enterprise_rag.providers.web_search import CuratedWebSearch, EgressPolicy, TavilyWebSearch
+from enterprise_rag.providers.curated_search import CuratedWebSearch
+from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch
 from enterprise_rag.testing import ScriptedLLM
 from enterprise_rag.workflow.answer import FLAGGED_ANSWER
 

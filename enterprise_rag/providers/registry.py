@@ -20,8 +20,9 @@ from llama_index.core.llms import LLM
 from enterprise_rag.config import LLMRoleSettings, RagSettings
 from enterprise_rag.errors import ConfigError
 from enterprise_rag.extras import require
+from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.model_files import require_model
-from enterprise_rag.providers.web_search import CuratedWebSearch, EgressPolicy, TavilyWebSearch, WebSearch
+from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch, WebSearch
 
 
 def _secret(value: Any, env: str) -> str | None:
