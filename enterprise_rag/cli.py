@@ -143,7 +143,7 @@ def search(
     for i, row in enumerate(rows, 1):
         page = f" p.{row['page']}" if row["page"] else ""
         out.print(f"[bold]{i}. {row['source']}{page}[/bold]  score {row['score']}  ({row['breadcrumb']})")
-        out.print(row["text"][:400], markup=False, highlight=False)
+        out.print(str(row["text"])[:400], markup=False, highlight=False)
 
 
 app.command("eval")(eval_command)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,7 @@ class EnterpriseRAG:
 
     def ingest(
         self,
-        paths: str | Path | list[str | Path],
+        paths: str | Path | Sequence[str | Path],
         allowed_groups: list[str] | None = None,
         allowed_users: list[str] | None = None,
         metadata: dict[str, Any] | None = None,

@@ -50,7 +50,8 @@ def focus(question: str, text: str, limit: int) -> str:
     paragraphs = [p for p in text.split("\n\n") if p.strip()]
     best, best_score = text[:limit], -1
     for start in range(len(paragraphs)):
-        window, size = [], 0
+        window: list[str] = []
+        size = 0
         for p in paragraphs[start:]:
             if size + len(p) > limit and window:
                 break

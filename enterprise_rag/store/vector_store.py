@@ -45,7 +45,7 @@ class PgRagVectorStore(BasePydanticVectorStore):
     _principal: Principal | None = PrivateAttr(default=None)
 
     def __init__(self, db: Database, principal: Principal | None = None, text_search_config: str = "english") -> None:
-        super().__init__(text_search_config=text_search_config)
+        super().__init__(stores_text=True, text_search_config=text_search_config)
         self._db = db
         self._principal = principal
 
