@@ -20,7 +20,7 @@ if not (SCENARIOS / "scenarios.yaml").is_file():
 
 SUITE = yaml.safe_load((SCENARIOS / "scenarios.yaml").read_text())
 CASES = [c for c in SUITE["cases"] if c["kind"] in ("answer", "both")]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.answers]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,53 @@
+"""End to end with the real local LLM: one grounded answer and one out-of-corpus question.
+
+Slow (tens of seconds each on 2 cores); the whole scenario answer suite lives in
+tests/acceptance/test_scenarios_answers.py (marker ``answers``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.config import load_settings
+from tests.conftest import SCENARIOS
+from tests.scenario_matching import contains, is_not_found
+
+pytestmark = pytest.mark.slow
+DANA = Principal("dana", ["all-staff"])
+
+
+@pytest.fixture(scope="module")
+def local_rag(server_dsn: str, embed_model: Any, model_data_dir: Path) -> Iterator[EnterpriseRAG]:
+    import psycopg
+
+    name = "end_to_end_llm"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+    rag = EnterpriseRAG(data_dir=model_data_dir, settings=load_settings(None, database={"dsn": dsn}),
+                        embed_model=embed_model)  # fmt: skip
+    for path, groups in (("docs/compliance/kyc.md", ["all-staff"]), ("docs/hr/expenses.md", ["all-staff"])):
+        assert not rag.ingest([SCENARIOS / path], allowed_groups=groups).failed
+    yield rag
+    rag.close()
+
+
+def test_grounded_answer_is_cited_and_checked(local_rag: EnterpriseRAG) -> None:
+    res = local_rag.query("What does a new account holder have to submit for KYC, and how long do they have?", DANA)
+    assert contains(res.answer, ["30 days", "30-day", "thirty days"]), res.answer
+    assert any(c.source.endswith("kyc.md") for c in res.citations), res.citations
+    assert res.pipeline["llm_calls"] >= 3 and res.evaluation["support"]["label"] != "unknown"
+    trace = local_rag.trace(res.trace_id, DANA)
+    assert trace is not None and {s["step"] for s in trace["steps"]} >= {"retrieve", "grade", "generate", "check"}
+
+
+def test_out_of_corpus_question_is_not_answered(local_rag: EnterpriseRAG) -> None:
+    res = local_rag.query("What minimum Common Equity Tier 1 ratio does Northwind hold under Basel III?", DANA)
+    assert is_not_found(res.answer, res.pipeline), res.answer
+    assert res.pipeline["decision"] == "fallback" and not res.citations
