@@ -184,7 +184,27 @@ class RetrievalSettings(_Section):
     )
     hnsw_ef_search: int = Field(100, ge=10, description="pgvector hnsw.ef_search.")
     exact_scan_below: int = Field(
-        20000, ge=0, description="Visible chunks under which the dense side scans exactly instead of HNSW."
+        20000,
+        ge=0,
+        description="Visible chunks under which search starts from the user's scope: the dense side scans them"
+        " exactly instead of HNSW, the full-text side joins them instead of checking hits one by one.",
+    )
+    bm25_k1: float = Field(1.2, ge=0, le=10, allow_inf_nan=False, description="BM25 term-frequency saturation.")
+    bm25_b: float = Field(0.75, ge=0, le=1, allow_inf_nan=False, description="BM25 length normalisation.")
+    bm25_title_boost: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        allow_inf_nan=False,
+        description="Weight of an occurrence in the title/headings breadcrumb relative to one in the body.",
+    )
+    bm25_max_terms: int = Field(
+        32, ge=1, le=64, description="Question lexemes searched at most (those with the highest IDF)."
+    )
+    bm25_max_postings: int = Field(
+        200_000,
+        ge=1,
+        description="Postings read per question at most: the commonest question lexemes are dropped beyond it.",
     )
 
 

@@ -384,6 +384,14 @@ def test_generator_not_found_is_treated_as_fallback(make_rag: MakeRag) -> None:
     assert generator.count("generate") == 1 and grader.count("check") == 0
 
 
+def test_rewrites_that_find_the_same_sources_do_not_generate_again(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate=NOT_FOUND_ANSWER)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 2})
+    res = rag.query(QUESTION, user=ALICE)
+    assert res.pipeline["not_found"] is True and res.pipeline["query_rewrites"] == 2
+    assert generator.count("generate") == 1  # both rewrites retrieved the same passages
+
+
 def test_uncited_answer_is_revised_once(make_rag: MakeRag) -> None:
     generator, grader = llms(generate="Staff members are entitled to four weeks and two days of holiday in a year.")
     rag = make_rag(generator, grader)

@@ -52,6 +52,11 @@ class SearchParams:
     ef_search: int = 100
     exact_scan_below: int = 20000
     text_search_config: str = "english"
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    bm25_title_boost: float = 1.0
+    bm25_max_terms: int = 32
+    bm25_max_postings: int = 200_000
 
 
 def _storable(name: str) -> bool:
@@ -90,42 +95,106 @@ def _status_filter(params: SearchParams) -> str:
     return " AND n.status <> 'superseded'" if params.superseded == "exclude" else ""
 
 
+def _scope_sql(params: SearchParams) -> str:
+    # Whether the principal sees fewer than ``exact_scan_below`` leaves (counted only up to that bound).
+    # Referenced as ``(SELECT small FROM scope)``: an InitPlan, evaluated once, that gates which
+    # branch of each half runs (the other branch is planned but never executed).
+    small = int(params.exact_scan_below)
+    return f"""
+    scope AS MATERIALIZED (
+        SELECT count(*) < {small} AS small
+        FROM (SELECT 1 FROM rag_nodes n WHERE n.is_leaf AND {ACL}{_status_filter(params)} LIMIT {small}) s
+    )"""
+
+
 def _dense_sql(params: SearchParams) -> str:
+    # Small scope: exact distances over the visible leaves (the "+ 0" keeps the planner off the graph).
+    # Otherwise HNSW with iterative scan, so a selective ACL still fills n rows.
+    where = f"n.is_leaf AND n.embedding IS NOT NULL AND {ACL}{_status_filter(params)}"
     return f"""
     dense AS (
-        SELECT node_id, dist, row_number() OVER (ORDER BY dist) AS rank
+        SELECT node_id, dist, row_number() OVER (ORDER BY dist, node_id) AS rank
         FROM (
-            SELECT n.node_id, n.embedding <=> %(qvec)s::vector AS dist
-            FROM rag_nodes n
-            WHERE n.is_leaf AND n.embedding IS NOT NULL AND {ACL}{_status_filter(params)}
-            ORDER BY n.embedding <=> %(qvec)s::vector
-            LIMIT %(n)s
+            (SELECT n.node_id, n.embedding <=> %(qvec)s::vector AS dist
+             FROM rag_nodes n
+             WHERE (SELECT small FROM scope) AND {where}
+             ORDER BY (n.embedding <=> %(qvec)s::vector) + 0, n.node_id
+             LIMIT %(n)s)
+            UNION ALL
+            (SELECT n.node_id, n.embedding <=> %(qvec)s::vector AS dist
+             FROM rag_nodes n
+             WHERE NOT (SELECT small FROM scope) AND {where}
+             ORDER BY n.embedding <=> %(qvec)s::vector
+             LIMIT %(n)s)
         ) d
     )"""
 
 
 def _text_sql(params: SearchParams) -> str:
+    # BM25 (Lucene's IDF, k1, b) over the postings of the question's highest-IDF (lowest df)
+    # lexemes: at most ``bm25_max_terms``, and the commonest are dropped once their postings would
+    # pass ``bm25_max_postings`` (the rarest is always kept), which bounds the work per question.
+    # A lexeme in the breadcrumb (weight A) counts ``title_boost`` times. Only leaves holding a
+    # query lexeme are scored. Then the ACL: a small scope is joined as a set; a broad one is checked leaf by
+    # leaf in score order until n rows pass (OFFSET 0 keeps that a nested loop that stops early).
+    k1, b, boost = float(params.bm25_k1), float(params.bm25_b), float(params.bm25_title_boost)
+    acl_where = f"n.is_leaf AND {ACL}{_status_filter(params)}"
     return f"""
-    q AS (
-        SELECT rag_tsquery_or(t) AS query
-        FROM unnest(%(words)s::text[]) AS w, plainto_tsquery(%(cfg)s::regconfig, w) AS t
-        WHERE numnode(t) > 0
+    qterms AS MATERIALIZED (
+        SELECT lexeme, idf, avgdl
+        FROM (
+            SELECT t.lexeme,
+                   ln(1.0 + (s.leaves - t.df + 0.5)::float8 / (t.df + 0.5)) AS idf,
+                   greatest(s.total_length, 1)::float8 / greatest(s.leaves, 1) AS avgdl,
+                   row_number() OVER w AS nth,
+                   sum(t.df) OVER w AS postings
+            FROM (SELECT DISTINCT u.lexeme
+                  FROM unnest(to_tsvector(%(cfg)s::regconfig, array_to_string(%(words)s::text[], ' '))) u) q
+            JOIN rag_bm25_terms t ON t.lexeme = q.lexeme
+            CROSS JOIN rag_bm25_stats s
+            WHERE t.df > 0
+            WINDOW w AS (ORDER BY t.df, t.lexeme ROWS UNBOUNDED PRECEDING)
+        ) ranked
+        WHERE nth <= {int(params.bm25_max_terms)} AND (nth = 1 OR postings <= {int(params.bm25_max_postings)})
+    ),
+    bm25 AS MATERIALIZED (
+        SELECT p.node_seq,
+               sum(q.idf * f.tf * {k1 + 1!r} / (f.tf + {k1!r} * ({1 - b!r} + {b!r} * p.length / q.avgdl))) AS score
+        FROM qterms q
+        JOIN rag_bm25_postings p ON p.lexeme = q.lexeme
+        CROSS JOIN LATERAL (SELECT p.tf_b + {boost!r} * p.tf_a AS tf) f
+        GROUP BY p.node_seq
+        HAVING sum(f.tf) > 0
+    ),
+    visible AS MATERIALIZED (
+        SELECT n.node_seq, n.node_id FROM rag_nodes n WHERE (SELECT small FROM scope) AND {acl_where}
     ),
     fts AS (
-        SELECT node_id, score, row_number() OVER (ORDER BY score DESC, node_id) AS rank
+        SELECT node_id, score, row_number() OVER (ORDER BY score DESC, node_seq) AS rank
         FROM (
-            SELECT n.node_id, ts_rank(n.tsv, q.query, 1) AS score
-            FROM rag_nodes n, q
-            WHERE q.query IS NOT NULL AND n.tsv @@ q.query AND n.is_leaf AND {ACL}{_status_filter(params)}
-            ORDER BY score DESC, n.node_id
-            LIMIT %(n)s
+            (SELECT v.node_id, b.node_seq, b.score
+             FROM bm25 b JOIN visible v ON v.node_seq = b.node_seq
+             ORDER BY b.score DESC, b.node_seq
+             LIMIT %(n)s)
+            UNION ALL
+            (SELECT x.node_id, b.node_seq, b.score
+             FROM (SELECT node_seq, score FROM bm25 WHERE NOT (SELECT small FROM scope)
+                   ORDER BY score DESC, node_seq) b
+             CROSS JOIN LATERAL (SELECT n.node_id FROM rag_nodes n
+                                 WHERE n.node_seq = b.node_seq AND {acl_where} OFFSET 0) x
+             ORDER BY b.score DESC, b.node_seq
+             LIMIT %(n)s)
         ) t
     )"""
 
 
 def build_search_sql(mode: Mode, params: SearchParams) -> str:
-    """The whole search statement for ``mode``; every value is a bound parameter."""
-    parts, sides = [], []
+    """The whole search statement for ``mode``; every user-supplied value is a bound parameter.
+
+    Numbers from the settings (scope bound, BM25 constants, term bound) are validated numbers
+    written into the statement's text.
+    """
+    parts, sides = [_scope_sql(params)], []
     if mode in ("hybrid", "dense"):
         parts.append(_dense_sql(params))
         sides.append(
@@ -195,15 +264,12 @@ def search(
     }
     with conn.transaction():
         if mode != "text":
-            # Iterative scan whenever HNSW may run, so a selective ACL still yields k rows even if the
-            # planner picks the graph below (e.g. a session that disables sequential/bitmap scans).
-            conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(params.ef_search),))
-            exact = visible_leaf_count(conn, principal, params.exact_scan_below) < params.exact_scan_below
-            if exact:  # small scope: a sequential/bitmap scan is exact and fast; skip the graph
-                conn.execute("SET LOCAL enable_indexscan = off")
-                conn.execute("SET LOCAL enable_seqscan = on")
-                conn.execute("SET LOCAL enable_bitmapscan = on")
+            # Iterative scan whenever HNSW may run, so a selective ACL still yields n rows.
+            conn.execute(
+                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+                " set_config('hnsw.ef_search', %s, true)",
+                (str(params.ef_search),),
+            )
         rows = conn.execute(build_search_sql(mode, params), values).fetchall()
     return [
         Hit(

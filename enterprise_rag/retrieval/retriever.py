@@ -118,6 +118,11 @@ class PermissionScopedRetriever(BaseRetriever):
             ef_search=settings.hnsw_ef_search,
             exact_scan_below=settings.exact_scan_below,
             text_search_config=text_search_config,
+            bm25_k1=settings.bm25_k1,
+            bm25_b=settings.bm25_b,
+            bm25_title_boost=settings.bm25_title_boost,
+            bm25_max_terms=settings.bm25_max_terms,
+            bm25_max_postings=settings.bm25_max_postings,
         )
 
     @property

@@ -4,6 +4,12 @@ A batch of documents is written in one transaction: old nodes of each document
 are deleted, the document row is upserted, and all new nodes arrive through one
 ``COPY``. Readers see either the old version or the new one, never both or
 neither. Stock ``PGVectorStore.add`` inserts row by row; this is the fast path.
+
+The BM25 statistics of the full-text search (``rag_bm25_*``, see
+``sql/0003_bm25.sql``) follow every node insert, delete and text change through
+statement-level triggers, in the same transaction: one trigger run per statement,
+so the writer's DELETE and COPY each cost one run per batch. After a bulk load
+that bypasses them, :func:`rebuild_bm25_statistics` recounts.
 """
 
 from __future__ import annotations
@@ -105,9 +111,16 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument]) 
 
 
 def delete_documents(conn: psycopg.Connection, document_ids: Sequence[str]) -> int:
-    """Delete documents and (by cascade) all their nodes; return documents deleted."""
+    """Delete documents and all their nodes; return documents deleted.
+
+    The nodes go first in one statement (the BM25 statistics trigger then runs once for the
+    batch rather than once per document, as it would through the ON DELETE CASCADE).
+    """
+    ids = sorted(set(document_ids))
     with conn.transaction():
-        cur = conn.execute("DELETE FROM rag_documents WHERE document_id = ANY(%s)", (list(document_ids),))
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(id)) FROM unnest(%s::text[]) AS id", (ids,))
+        conn.execute("DELETE FROM rag_nodes WHERE document_id = ANY(%s)", (ids,))
+        cur = conn.execute("DELETE FROM rag_documents WHERE document_id = ANY(%s)", (ids,))
         return cur.rowcount
 
 
@@ -121,3 +134,9 @@ def existing_embeddings(conn: psycopg.Connection, hashes: Sequence[str]) -> dict
         (list(hashes),),
     ).fetchall()
     return {h: np.array(json.loads(v), dtype=np.float32) for h, v in rows}
+
+
+def rebuild_bm25_statistics(conn: psycopg.Connection) -> None:
+    """Recount the BM25 statistics from ``rag_nodes`` (after a bulk load with the triggers off)."""
+    with conn.transaction():
+        conn.execute("SELECT rag_bm25_rebuild()")

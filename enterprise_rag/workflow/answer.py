@@ -97,6 +97,8 @@ class RunState:
     verdict: SupportVerdict = NOT_APPLICABLE
     flagged: bool = False
     retrieval_used: bool = True
+    basis: frozenset[str] = frozenset()  # ids of the sources of the current draft
+    not_found_from: list[frozenset[str]] = field(default_factory=list)  # source sets with no answer in them
 
 
 class AnswerWorkflow(Workflow):
@@ -231,14 +233,19 @@ class AnswerWorkflow(Workflow):
 
     # -- 8. context refinement
     @step
-    async def refine(self, ev: Refine) -> Generate | StopEvent:
+    async def refine(self, ev: Refine) -> Generate | Rewrite | WebFallback | StopEvent:
         t0 = time.perf_counter()
         s = self.s
-        corpus = corpus_sources(self._kept_nodes())
+        kept = self._kept_nodes()
+        corpus = corpus_sources(kept)
         web = [src for src in s.sources if src.kind == "web"]
         sources = relabel(corpus + web)
         if not sources:
             return self._done(NOT_FOUND_ANSWER, not_found=True)
+        s.basis = frozenset([n.node.node_id for n in kept] + [w.source for w in web])
+        if s.basis in s.not_found_from:  # a rewrite found nothing new: the same sources hold no answer
+            self._trace("refine", t0, skipped="same sources as a draft that found no answer")
+            return self._generator_found_nothing()
         s.sources, dropped = await _to_thread(refine, s.question, sources, self.deps.embed_model, self.cfg.refine_floor)
         self._trace(
             "refine", t0, sources=[(x.label, x.source, x.page, x.kind) for x in s.sources], strips_dropped=dropped
@@ -283,6 +290,8 @@ class AnswerWorkflow(Workflow):
 
     def _generator_found_nothing(self) -> Rewrite | WebFallback | StopEvent:
         s = self.s
+        if s.basis not in s.not_found_from:
+            s.not_found_from.append(s.basis)
         s.decision = DecisionResult("fallback", True, min(s.decision.relevance if s.decision else 0.0, 0.3),
                                     "the generator found no answer in the kept sources")  # fmt: skip
         if s.rewrites < self.cfg.max_query_rewrites:
