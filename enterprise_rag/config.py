@@ -46,6 +46,12 @@ class DatabaseSettings(_Section):
     text_search_config: str = Field(
         "english", pattern=r"^[a-z_]+$", description="PostgreSQL text search configuration for full-text."
     )
+    embedded_shared_buffers_mb: int = Field(
+        1024,
+        ge=0,
+        description="shared_buffers of the embedded PostgreSQL in MB (at most a quarter of RAM); 0 = PostgreSQL's"
+        " default (128 MB). Ignored for an external server.",
+    )
 
 
 class EmbeddingSettings(_Section):
@@ -184,7 +190,7 @@ class RetrievalSettings(_Section):
     )
     hnsw_ef_search: int = Field(100, ge=10, description="pgvector hnsw.ef_search.")
     exact_scan_below: int = Field(
-        20000,
+        10000,
         ge=0,
         description="Visible chunks under which search starts from the user's scope: the dense side scans them"
         " exactly instead of HNSW, the full-text side joins them instead of checking hits one by one.",

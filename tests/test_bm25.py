@@ -41,14 +41,17 @@ def _parse_tsv(text: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _recount(
-    conn: psycopg.Connection,
-) -> tuple[tuple[int, int], dict[str, int], dict[tuple[str, int], tuple[int, int, int]]]:
-    """(leaves, total length), df per lexeme, postings, recounted from rag_nodes in Python."""
+Stats = tuple[tuple[int, int], dict[str, int], dict[tuple[str, int], tuple[int, int, int]], dict[tuple[str, str], int]]
+
+
+def _recount(conn: psycopg.Connection) -> Stats:
+    """(leaves, total length), df per lexeme, postings and leaves per ACL name, recounted in Python."""
     leaves, total = 0, 0
     df: Counter[str] = Counter()
     postings: dict[tuple[str, int], tuple[int, int, int]] = {}
-    for node_seq, tsv in conn.execute("SELECT node_seq, tsv::text FROM rag_nodes WHERE is_leaf"):
+    acl: Counter[tuple[str, str]] = Counter()
+    rows = conn.execute("SELECT node_seq, tsv::text, allowed_groups, allowed_users FROM rag_nodes WHERE is_leaf")
+    for node_seq, tsv, groups, users in rows:
         terms = _parse_tsv(tsv)
         length = sum(a + b for a, b in terms.values())
         leaves += 1
@@ -56,12 +59,11 @@ def _recount(
         for lexeme, (a, b) in terms.items():
             df[lexeme] += 1
             postings[(lexeme, node_seq)] = (a, b, length)
-    return (leaves, total), dict(df), postings
+        acl.update([("g", g) for g in set(groups)] + [("u", u) for u in set(users)])
+    return (leaves, total), dict(df), postings, dict(acl)
 
 
-def _stored(
-    conn: psycopg.Connection,
-) -> tuple[tuple[int, int], dict[str, int], dict[tuple[str, int], tuple[int, int, int]]]:
+def _stored(conn: psycopg.Connection) -> Stats:
     stats = conn.execute("SELECT leaves, total_length FROM rag_bm25_stats").fetchall()
     assert len(stats) == 1
     df = dict(conn.execute("SELECT lexeme, df FROM rag_bm25_terms").fetchall())
@@ -69,7 +71,8 @@ def _stored(
         (r[0], r[1]): (r[2], r[3], r[4])
         for r in conn.execute("SELECT lexeme, node_seq, tf_a, tf_b, length FROM rag_bm25_postings")
     }
-    return (int(stats[0][0]), int(stats[0][1])), df, postings
+    acl = {(k, n): c for k, n, c in conn.execute("SELECT kind, name, leaves FROM rag_acl_leaf_counts")}
+    return (int(stats[0][0]), int(stats[0][1])), df, postings, acl
 
 
 def _assert_exact(dsn: str, where: str) -> None:
@@ -78,7 +81,8 @@ def _assert_exact(dsn: str, where: str) -> None:
     assert got[0] == want[0], f"{where}: leaves/total length {got[0]} != recount {want[0]}"
     assert got[1] == want[1], f"{where}: document frequencies differ from the recount"
     assert got[2] == want[2], f"{where}: postings differ from the recount"
-    assert 0 not in got[1].values(), f"{where}: a lexeme with df 0 was kept"
+    assert got[3] == want[3], f"{where}: leaves per ACL name {got[3]} != recount {want[3]}"
+    assert 0 not in got[1].values() and 0 not in got[3].values(), f"{where}: a zero count was kept"
 
 
 def _md(title: str, body: str) -> str:
@@ -134,12 +138,15 @@ def test_statistics_equal_a_fresh_recount_after_every_kind_of_write(
         )
         conn.commit()
         _assert_exact(fresh_dsn, "after a text update")
-        stats_xmin = conn.execute("SELECT xmin::text FROM rag_bm25_stats").fetchone()
         conn.execute("UPDATE rag_nodes SET allowed_groups = allowed_groups || '{extra}'::text[]")
         conn.commit()
-        # an update that changes no leaf text touches no statistics (and takes no lock on them)
-        assert conn.execute("SELECT xmin::text FROM rag_bm25_stats").fetchone() == stats_xmin
         _assert_exact(fresh_dsn, "after an ACL update")
+        stats_xmin = conn.execute("SELECT xmin::text FROM rag_bm25_stats").fetchone()
+        conn.execute("UPDATE rag_nodes SET status = 'superseded'")
+        conn.commit()
+        # an update that changes neither text nor ACL touches no statistics (and takes no lock on them)
+        assert conn.execute("SELECT xmin::text FROM rag_bm25_stats").fetchone() == stats_xmin
+        _assert_exact(fresh_dsn, "after a status update")
         conn.execute(
             "UPDATE rag_nodes SET is_leaf = false WHERE node_id ="
             " (SELECT node_id FROM rag_nodes WHERE is_leaf ORDER BY node_id DESC LIMIT 1)"
@@ -149,7 +156,7 @@ def test_statistics_equal_a_fresh_recount_after_every_kind_of_write(
         # a rolled-back write leaves the statistics as they were
         before = _stored(conn)
         conn.execute("DELETE FROM rag_nodes")
-        assert _stored(conn)[0] == (0, 0)
+        assert _stored(conn)[0] == (0, 0) and _stored(conn)[3] == {}
         conn.rollback()
         assert _stored(conn) == before
     # the remaining document comes back whole, then the repair recount changes nothing
@@ -163,7 +170,7 @@ def test_statistics_equal_a_fresh_recount_after_every_kind_of_write(
         conn.commit()
     _assert_exact(fresh_dsn, "after truncate")
     with psycopg.connect(fresh_dsn) as conn:
-        assert _stored(conn) == ((0, 0), {}, {})
+        assert _stored(conn) == ((0, 0), {}, {}, {})
 
 
 def test_migration_backfills_an_existing_store(fresh_dsn: str, tmp_path: Path, embed_model) -> None:  # type: ignore[no-untyped-def]
@@ -193,6 +200,7 @@ def test_migration_backfills_an_existing_store(fresh_dsn: str, tmp_path: Path, e
     with psycopg.connect(fresh_dsn) as conn:
         assert conn.execute("SELECT leaves FROM rag_bm25_stats").fetchone() == (4,)
         assert conn.execute("SELECT df FROM rag_bm25_terms WHERE lexeme = 'refund'").fetchone() == (4,)
+        assert conn.execute("SELECT kind, name, leaves FROM rag_acl_leaf_counts").fetchall() == [("g", "staff", 4)]
 
 
 # --- ranking ---------------------------------------------------------------------------------------

@@ -205,6 +205,23 @@ def test_embedded_data_survives_a_server_restart(own_data_dir: Path) -> None:
         assert status["migrations"] == [p.name for p in migration_files()]  # not re-applied
 
 
+def test_embedded_server_gets_the_configured_buffer_cache(own_data_dir: Path) -> None:
+    """shared_buffers is applied with one restart when this process starts the server, and kept after."""
+    stop_embedded(own_data_dir)
+    settings = load_settings(None, database={"embedded_shared_buffers_mb": 192})
+    with EnterpriseRAG(data_dir=own_data_dir, settings=settings) as rag, rag.db.connection() as conn:
+        assert conn.execute("SHOW shared_buffers").fetchone() == ("192MB",)
+    # a server found running is not restarted under other users: the new size waits for a restart
+    settings = load_settings(None, database={"embedded_shared_buffers_mb": 160})
+    with EnterpriseRAG(data_dir=own_data_dir, settings=settings) as rag, rag.db.connection() as conn:
+        assert conn.execute("SHOW shared_buffers").fetchone() == ("192MB",)
+        file_setting = "SELECT setting FROM pg_file_settings WHERE name = 'shared_buffers' AND applied IS NOT NULL"
+        assert ("160MB",) in conn.execute(file_setting).fetchall()
+    stop_embedded(own_data_dir)
+    with EnterpriseRAG(data_dir=own_data_dir, settings=settings) as rag, rag.db.connection() as conn:
+        assert conn.execute("SHOW shared_buffers").fetchone() == ("160MB",)
+
+
 _CHILD = textwrap.dedent(
     """
     import sys

@@ -52,7 +52,7 @@ class Database:
             if self._settings.dsn is not None:
                 self._dsn = self._settings.dsn.get_secret_value()
             else:
-                self._dsn = start_embedded(self._data_dir)
+                self._dsn = start_embedded(self._data_dir, self._settings.embedded_shared_buffers_mb)
         return self._dsn
 
     def _open(self) -> ConnectionPool:

@@ -60,6 +60,9 @@ class LocalMiniLMEmbedding(BaseEmbedding):
             tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
             options = ort.SessionOptions()
             options.log_severity_level = 3
+            # No busy-waiting of the intra-op threads after a run: on a small machine they would
+            # spin on the cores the database needs for the query that follows the embedding.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             if self.threads:
                 options.intra_op_num_threads = self.threads
             self._session = ort.InferenceSession(
