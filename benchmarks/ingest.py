@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import psycopg
 from _common import fresh_database, iter_scifact, temp_data_dir
 
 from enterprise_rag import EnterpriseRAG
@@ -28,8 +29,9 @@ def stock_add_seconds(dsn: str, nodes: list[tuple[str, str, list[float]]]) -> fl
     from llama_index.core.schema import TextNode
     from llama_index.vector_stores.postgres import PGVectorStore
 
-    sa_dsn = dsn.replace("postgresql://", "postgresql+psycopg2://", 1)
-    async_dsn = dsn.replace("postgresql://", "postgresql+asyncpg://", 1)
+    info = psycopg.conninfo.conninfo_to_dict(dsn)  # the socket-dir host goes in the query string (DESIGN.md pitfall)
+    tail = f"{info.get('user', 'postgres')}:@/{info['dbname']}?host={info['host']}"
+    sa_dsn, async_dsn = f"postgresql+psycopg2://{tail}", f"postgresql+asyncpg://{tail}"
     store = PGVectorStore.from_params(
         connection_string=sa_dsn, async_connection_string=async_dsn, table_name="stock_bench", embed_dim=384,
         hnsw_kwargs={"hnsw_m": 16, "hnsw_ef_construction": 64, "hnsw_dist_method": "vector_cosine_ops"},
