@@ -736,17 +736,23 @@ def test_forced_path_really_uses_the_hnsw_index(haystack: Haystack) -> None:
 
 @pytest.mark.parametrize("group", ["rare", "common"])
 def test_bm25_half_reads_postings_through_their_index(haystack: Haystack, group: str) -> None:
-    """Both ACL branches of the text half scan the postings of the question's lexemes, never the table."""
-    values = {
-        "groups": [group], "users": [], "qvec": None, "words": ["widget", "inventory", "report"],
-        "cfg": "english", "n": 50, "rrf_k": 60, "wd": 1.0, "wt": 1.0, "demote": 0.5,
-    }  # fmt: skip
-    with psycopg.connect(haystack.dsn) as conn:
-        for exact_below in (10, 1_000_000):  # broad branch, scoped branch
-            sql = build_search_sql("text", SearchParams(exact_scan_below=exact_below))
-            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, values))
-            assert "Index Only Scan using rag_bm25_postings_pkey" in plan, (group, exact_below, plan)
-            assert "Seq Scan on rag_bm25_postings" not in plan, (group, exact_below, plan)
+    """Both ACL branches of the text half read postings by index, one range per query lexeme, never by
+    scanning the table: with or without statistics, for rare lexemes and for lexemes in every leaf."""
+    with psycopg.connect(haystack.dsn, autocommit=True) as conn:
+        for analyzed in (False, True):
+            if analyzed:
+                conn.execute("ANALYZE rag_bm25_postings")
+            for words in (["item", "17", "4242", "29999"], ["widget", "inventory", "report"]):
+                values = {
+                    "groups": [group], "users": [], "qvec": None, "words": words, "cfg": "english", "n": 50,
+                    "rrf_k": 60, "wd": 1.0, "wt": 1.0, "demote": 0.5,
+                }  # fmt: skip
+                for exact_below in (10, 1_000_000):  # broad branch, scoped branch
+                    sql = build_search_sql("text", SearchParams(exact_scan_below=exact_below))
+                    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, values))
+                    where = (group, analyzed, words, exact_below, plan)
+                    assert "Index Only Scan using rag_bm25_postings_pkey" in plan, where
+                    assert "Seq Scan on rag_bm25_postings" not in plan, where
 
 
 @pytest.mark.parametrize("path", sorted(_PATHS))

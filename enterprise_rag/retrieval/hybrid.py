@@ -14,7 +14,10 @@ leaf counts (``rag_acl_leaf_counts``), without scanning:
   leaf by leaf in score order until n pass.
 
 The text half is BM25 (Lucene's IDF, k1, b; title/heading words weighted) from
-the statistics tables of ``sql/0003_bm25.sql``, which triggers keep exact.
+the statistics tables of ``sql/0003_bm25.sql``, which triggers keep exact. IDF
+and average length are corpus-wide, as in any shared index: how a principal's
+hits are ordered depends slightly on documents it cannot read, though it never
+receives them or their text.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ _WORD = re.compile(r"[\w][\w.\-']*[\w]|[\w]", re.UNICODE)
 _MAX_QUERY_WORDS = 64
 _BROAD_TOP = 8  # broad scope: ACL-check the top n * 8 text hits first (a heap top-N, no full sort)
 _WORK_MEM = "64MB"  # per search transaction: the BM25 aggregate and its sort stay in memory
+# BM25 scores rounded to 1e-9: a float sum depends on the order it is added in, which differs
+# between the two ACL branches; rounded, equal scores tie exactly and the ranking is the same.
+_SCORE = "round({} * 1e9::float8) / 1e9::float8"
 
 ACL = "(n.allowed_groups && %(groups)s::text[] OR n.allowed_users && %(users)s::text[])"
 
@@ -159,11 +165,16 @@ def _text_sql(params: SearchParams) -> str:
     # Per lexeme: weight = IDF * (k1 + 1); per leaf: norm = k1 * (1 - b + b * length / avgdl) = c0 + c1 * length.
     # Everything float8 (a numeric literal would turn the per-posting arithmetic into slow numeric).
     part = "q.weight * p.tf / (p.tf + q.c0 + q.c1 * p.length)"
-    # Per query lexeme, an index-only range scan of its postings. (A fence such as OFFSET 0 would
-    # force that plan but doubles the per-posting cost; the bounded qterms keeps the planner on the
-    # index, and tests check the plan.) With no title boost every posting has tf >= 1.
+    # Per query lexeme, an index-only range scan of its postings. The lexeme is matched as a
+    # closed range, not with "=": the planner then has no hash or merge join to reach for (it did,
+    # with a scan of all postings, when statistics were missing or off) and can only probe the
+    # index once per query lexeme. A fence such as OFFSET 0 would force this too, but doubles the
+    # per-posting cost. With no title boost every posting has tf >= 1.
     tf = "(x.tf_a + x.tf_b)::float8" if boost == 1.0 else f"(x.tf_b + {boost!r}::float8 * x.tf_a)"
-    postings = f"SELECT x.node_seq, x.length, {tf} AS tf FROM rag_bm25_postings x WHERE x.lexeme = q.lexeme"
+    postings = (
+        f"SELECT x.node_seq, x.length, {tf} AS tf FROM rag_bm25_postings x"
+        " WHERE x.lexeme >= q.lexeme AND x.lexeme <= q.lexeme"
+    )
     if boost == 0.0:
         postings += " AND x.tf_b > 0"
 
@@ -171,7 +182,8 @@ def _text_sql(params: SearchParams) -> str:
         # BM25 of every leaf holding a query lexeme, computed where needed (not materialised: the
         # top-N sort reads it straight from the aggregate); ``gate`` is the InitPlan that allows it.
         return (
-            f"SELECT p.node_seq, sum({part}) AS score FROM qterms q CROSS JOIN LATERAL ({postings}) p"
+            f"SELECT p.node_seq, {_SCORE.format('sum(' + part + ')')} AS score"
+            f" FROM qterms q CROSS JOIN LATERAL ({postings}) p"
             f" WHERE {gate} GROUP BY p.node_seq"
         )
 
@@ -199,10 +211,10 @@ def _text_sql(params: SearchParams) -> str:
     visible AS MATERIALIZED (
         SELECT n.node_seq, n.node_id FROM rag_nodes n WHERE (SELECT small FROM scope) AND {acl_where}
     ),
-    scoped AS (
-        SELECT v.node_id, p.node_seq, sum({part}) AS score
-        FROM qterms q
-        CROSS JOIN LATERAL ({postings}) p
+    scoped AS (  -- OFFSET 0: the postings of the query lexemes first, then the scope (never all postings)
+        SELECT v.node_id, p.node_seq, {_SCORE.format("sum(p.part)")} AS score
+        FROM (SELECT p.node_seq, {part} AS part FROM qterms q CROSS JOIN LATERAL ({postings}) p
+              WHERE (SELECT small FROM scope) OFFSET 0) p
         JOIN visible v ON v.node_seq = p.node_seq
         GROUP BY p.node_seq, v.node_id
     ),
