@@ -29,6 +29,7 @@ class Source:
     status: str
     document_id: str
     kind: str = "corpus"  # or "web"
+    node_id: str = ""  # the stored chunk a corpus source came from (web sources have none)
 
     def header(self) -> str:
         parts = [f"source: {self.source}"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from enterprise_rag.evaluation.payload import Citation, QueryResult, confidence
 from enterprise_rag.validation.citations import cited_labels, split_sentences, strip_citations
@@ -36,6 +36,15 @@ def citations_for(answer: str, sources: list[Source]) -> list[Citation]:
         out.append(Citation(label, src.source, src.page, src.document_id, best_quote(strip_citations(claim), src.text),
                             src.kind))  # fmt: skip
     return out
+
+
+def source_record(src: Source) -> dict[str, Any]:
+    """A numbered source as plain data, text included, so callers can rebuild the passages that were cited."""
+    return {
+        "label": src.label, "kind": src.kind, "source": src.source, "page": src.page, "node_id": src.node_id,
+        "document_id": src.document_id, "title": src.title, "breadcrumb": src.breadcrumb,
+        "effective_date": src.effective_date, "status": src.status, "text": src.text,
+    }  # fmt: skip
 
 
 class Outcome:
@@ -83,5 +92,5 @@ class Outcome:
                 "latency_ms": 0,
             },
             trace_id="",
-            sources=[{"label": x.label, "source": x.source, "page": x.page, "kind": x.kind} for x in s.sources],
+            sources=[source_record(x) for x in s.sources],
         )

@@ -29,7 +29,7 @@ def corpus_sources(nodes: list[NodeWithScore]) -> list[Source]:
             label=f"S{i}", text=n.node.get_content(), source=str(meta.get("source", "")), page=meta.get("page"),
             title=str(meta.get("title", "")), breadcrumb=str(meta.get("breadcrumb", "")),
             effective_date=meta.get("effective_date"), status=str(meta.get("status", "current")),
-            document_id=str(meta.get("document_id", "")),
+            document_id=str(meta.get("document_id", "")), node_id=n.node.node_id,
         ))  # fmt: skip
     return sources
 
