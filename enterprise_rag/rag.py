@@ -9,10 +9,10 @@ from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
-from llama_index.core.schema import NodeWithScore
 
 from enterprise_rag.config import RagSettings, load_settings
 from enterprise_rag.db import Database
+from enterprise_rag.display import RetrievedNodes, Trace
 from enterprise_rag.errors import PermissionDeniedError
 from enterprise_rag.evaluation.payload import QueryResult
 from enterprise_rag.ingest.properties import document_id_for
@@ -135,9 +135,12 @@ class EnterpriseRAG:
         user: Principal,
         top_k: int | None = None,
         history: History | None = None,
-    ) -> list[NodeWithScore]:
-        """Passages ``user`` may read that best answer ``question``, parents merged, best first."""
-        return self.as_retriever(user, top_k=top_k, history=history).retrieve(question)
+    ) -> RetrievedNodes:
+        """Passages ``user`` may read that best answer ``question``, parents merged, best first.
+
+        A plain ``list[NodeWithScore]`` that a notebook shows as a table.
+        """
+        return RetrievedNodes(self.as_retriever(user, top_k=top_k, history=history).retrieve(question))
 
     async def aquery(
         self, question: str, user: Principal, history: History | None = None, trace_id: str | None = None
@@ -179,11 +182,15 @@ class EnterpriseRAG:
             raise PermissionDeniedError(f"no trace {trace_id} for this user")
         return self.query(trace["question"], user, history=trace["history"], trace_id=trace_id)
 
-    def trace(self, trace_id: str, user: Principal) -> dict[str, Any] | None:
-        """The stored trace of a query (steps, grades, decisions, LLM calls), only for the user who asked."""
+    def trace(self, trace_id: str, user: Principal) -> Trace | None:
+        """The stored trace of a query (steps, grades, decisions, LLM calls), only for the user who asked.
+
+        A plain dict that a notebook shows as tables.
+        """
         from enterprise_rag.trace.store import TraceStore
 
-        return TraceStore(self.db).get(trace_id, require_principal(user))
+        trace = TraceStore(self.db).get(trace_id, require_principal(user))
+        return None if trace is None else Trace(trace)
 
     def status(self) -> dict[str, Any]:
         """Store location, server and pgvector versions, counts, configured models."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from enterprise_rag import display
+
 
 @dataclass(frozen=True)
 class Citation:
@@ -44,6 +46,12 @@ class QueryResult:
             "pipeline": self.pipeline,
             "trace_id": self.trace_id,
         }
+
+    def _repr_html_(self) -> str:
+        return display.query_result_html(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(display.query_result_text(self))
 
 
 # correction.decision scores a passage graded yes 1.0 (relevance >= 0.7) and partial / ungraded 0.5

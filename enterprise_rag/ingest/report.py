@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from enterprise_rag import display
+
 Progress = Callable[[str, str], None]  # (source, outcome) after each document
 
 
@@ -37,6 +39,13 @@ class IngestReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def _repr_html_(self) -> str:
+        return display.ingest_report_html(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        lines = [self.summary()] + [f"failed: {f.path}: {f.reason}" for f in self.failed]
+        printer.text("\n".join(lines))
 
     def summary(self) -> str:
         return (
