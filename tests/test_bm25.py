@@ -324,3 +324,61 @@ def test_text_half_respects_the_acl_on_both_paths(ranked_rag: EnterpriseRAG, tmp
         fin = _text_hits(ranked_rag, "walrus reserve", Principal("f", ["finance"]), exact_scan_below=exact_below)
         assert fin == [ids["secret.md"]]
         assert _text_hits(ranked_rag, "walrus reserve", Principal("x", ["nobody"]), exact_scan_below=exact_below) == []
+
+
+def _index_oids(conn: psycopg.Connection) -> dict[str, tuple[int, str]]:
+    """rag_nodes' indexes: name -> (oid, definition); a rebuilt index keeps its definition, not its oid."""
+    rows = conn.execute(
+        "SELECT c.relname, c.oid::int, pg_get_indexdef(c.oid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " WHERE i.indrelid = 'rag_nodes'::regclass"
+    )
+    return {name: (oid, definition) for name, oid, definition in rows}
+
+
+def _user_triggers(conn: psycopg.Connection) -> dict[str, str]:
+    rows = conn.execute(
+        "SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'rag_nodes'::regclass AND NOT tgisinternal"
+    )
+    return dict(rows.fetchall())
+
+
+def test_bulk_write_rebuilds_indexes_and_statistics_once(rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path) -> None:
+    """A batch at least as large as the store is written with index upkeep off, then rebuilt; a smaller one is not."""
+    from llama_index.core.schema import TextNode
+
+    from enterprise_rag.store.vector_store import PgRagVectorStore
+    from enterprise_rag.store.writer import write_documents
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "alpha.md").write_text(_md("Alpha policy", "Refunds of annual plans take thirty days."), "utf-8")
+    (docs / "beta.md").write_text(_md("Beta guide", "Travel bookings go through the travel desk."), "utf-8")
+    rag.db.migrate()
+    with psycopg.connect(fresh_dsn) as conn:
+        before, triggers = _index_oids(conn), _user_triggers(conn)
+    assert len(rag.ingest(docs).added) == 2  # into the empty store: the bulk path
+    _assert_exact(fresh_dsn, "after a bulk write")
+    with psycopg.connect(fresh_dsn) as conn:
+        after_bulk = _index_oids(conn)
+        assert {n: d for n, (_, d) in after_bulk.items()} == {n: d for n, (_, d) in before.items()}
+        assert after_bulk["rag_nodes_embedding"][0] != before["rag_nodes_embedding"][0], "HNSW was not rebuilt"
+        assert _user_triggers(conn) == triggers and set(triggers.values()) == {"O"}
+    hits = rag.retrieve("annual plan refund", user=STAFF, top_k=1)
+    assert "thirty days" in hits[0].node.get_content()
+
+    # a small batch into a larger store keeps the indexes (same oids) and the triggers do the counting
+    (docs / "gamma.md").write_text(_md("Gamma", "Audits go to the board."), "utf-8")
+    assert len(rag.ingest(docs / "gamma.md").added) == 1
+    _assert_exact(fresh_dsn, "after an incremental write")
+    with psycopg.connect(fresh_dsn) as conn:
+        assert _index_oids(conn) == after_bulk
+
+    # a bulk write that fails rolls back whole: indexes, triggers and statistics as they were
+    bad = TextNode(id_="bad", text="wrong dimension", embedding=[0.1] * 7, metadata={"allowed_groups": ["staff"]})
+    prepared = PgRagVectorStore(rag.db)._prepare("bad-doc", [bad])
+    with psycopg.connect(fresh_dsn) as conn:
+        stats = _stored(conn)
+        with pytest.raises(psycopg.errors.DataException):
+            write_documents(conn, [prepared], bulk=True)
+        conn.rollback()
+        assert _index_oids(conn) == after_bulk and _user_triggers(conn) == triggers and _stored(conn) == stats

@@ -2,24 +2,30 @@
 
 A batch of documents is written in one transaction: old nodes of each document
 are deleted, the document row is upserted, and all new nodes arrive through one
-``COPY``. Readers see either the old version or the new one, never both or
-neither. Stock ``PGVectorStore.add`` inserts row by row; this is the fast path.
+binary ``COPY``. Readers see either the old version or the new one, never both
+or neither. Stock ``PGVectorStore.add`` inserts row by row; this is the fast path.
 
 The BM25 statistics of the full-text search (``rag_bm25_*``, see
 ``sql/0003_bm25.sql``) follow every node insert, delete and text change through
 statement-level triggers, in the same transaction: one trigger run per statement,
-so the writer's DELETE and COPY each cost one run per batch. After a bulk load
-that bypasses them, :func:`rebuild_bm25_statistics` recounts.
+so the writer's DELETE and COPY each cost one run per batch. A bulk write (see
+:func:`write_documents`) turns them off and recounts once instead.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import struct
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import psycopg
+from psycopg import sql
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
+from psycopg.types import TypeInfo
 
 from enterprise_rag.ingest.model import Chunk
 from enterprise_rag.ingest.properties import DocumentRecord
@@ -28,6 +34,15 @@ NODE_COLUMNS = (
     "node_id", "document_id", "parent_id", "level", "is_leaf", "position", "text", "breadcrumb",
     "content_hash", "metadata", "embedding", "allowed_groups", "allowed_users", "status",
 )  # fmt: skip
+# PostgreSQL types of NODE_COLUMNS, for the binary COPY (vectors travel as float32 bytes, not text).
+NODE_TYPES = (
+    "text", "text", "text", "int2", "bool", "int4", "text", "text",
+    "text", "jsonb", "vector", "text[]", "text[]", "text",
+)  # fmt: skip
+# Indexes whose per-row upkeep dominates a large write (HNSW above all); a bulk write rebuilds them.
+DEFERRED_INDEXES = ("rag_nodes_embedding", "rag_nodes_tsv", "rag_nodes_allowed_groups", "rag_nodes_allowed_users")
+# The statement triggers that keep the BM25 statistics (sql/0003_bm25.sql) in step with node writes.
+BM25_WRITE_TRIGGERS = ("rag_bm25_insert", "rag_bm25_delete")
 
 
 @dataclass
@@ -45,6 +60,23 @@ def vector_literal(vector: Sequence[float] | np.ndarray) -> str:
     return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
+class _VectorBinaryDumper(Dumper):
+    """pgvector's binary input: dimension, unused, then big-endian float32s (no text formatting)."""
+
+    format = Format.BINARY
+
+    def dump(self, obj: np.ndarray) -> bytes:
+        return struct.pack(">HH", obj.shape[0], 0) + obj.astype(">f4", copy=False).tobytes()
+
+
+def _register_vector_dumper(cur: psycopg.Cursor[Any]) -> None:
+    info = TypeInfo.fetch(cur.connection, "vector")
+    if info is None:
+        raise psycopg.ProgrammingError("the pgvector extension is not installed in this database")
+    info.register(cur)
+    cur.adapters.register_dumper(np.ndarray, type("VectorDumper", (_VectorBinaryDumper,), {"oid": info.oid}))
+
+
 def _node_rows(doc: PreparedDocument) -> Iterable[tuple[object, ...]]:
     rec = doc.record
     base = rec.node_metadata()
@@ -57,16 +89,22 @@ def _node_rows(doc: PreparedDocument) -> Iterable[tuple[object, ...]]:
             "level": chunk.level,
         }
         content_hash = doc.leaf_hashes.get(chunk.chunk_id) or ""
-        embedding = vector_literal(doc.embeddings[content_hash]) if chunk.is_leaf else None
+        embedding = np.asarray(doc.embeddings[content_hash], dtype=np.float32) if chunk.is_leaf else None
         yield (
             chunk.chunk_id, rec.document_id, chunk.parent_id, chunk.level, chunk.is_leaf, chunk.position,
-            chunk.text, chunk.breadcrumb, content_hash, json.dumps(meta), embedding,
+            chunk.text, chunk.breadcrumb, content_hash, meta, embedding,
             rec.allowed_groups, rec.allowed_users, rec.status,
         )  # fmt: skip
 
 
-def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument]) -> int:
-    """Replace each document's nodes in one transaction; return the number of nodes written."""
+def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument], *, bulk: bool | None = None) -> int:
+    """Replace each document's nodes in one transaction; return the number of nodes written.
+
+    ``bulk`` (default: decided here) loads the rows with the costly indexes and the BM25 triggers
+    off, then builds them once, inside the same transaction: chosen when the batch holds at least
+    as many leaves as the store, where one build is cheaper than row-by-row maintenance (an HNSW
+    build is several times faster than as many inserts). Readers wait for the commit meanwhile.
+    """
     if not docs:
         return 0
     ids = sorted(d.record.document_id for d in docs)
@@ -74,6 +112,11 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument]) 
     with conn.transaction():
         # Serialise concurrent ingests of the same document; sorted to avoid deadlocks.
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(id)) FROM unnest(%s::text[]) AS id", (ids,))
+        if bulk is None:
+            batch_leaves = sum(c.is_leaf for d in docs for c in d.chunks)
+            stored = conn.execute("SELECT leaves FROM rag_bm25_stats").fetchone()
+            bulk = stored is not None and batch_leaves >= stored[0]
+        rebuild = _suspend_index_maintenance(conn) if bulk else None
         conn.execute("DELETE FROM rag_nodes WHERE document_id = ANY(%s)", (ids,))
         with conn.cursor() as cur:
             cur.executemany(
@@ -102,12 +145,43 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument]) 
                     for d in docs
                 ],
             )
-            with cur.copy(f"COPY rag_nodes ({', '.join(NODE_COLUMNS)}) FROM STDIN") as copy:
+            _register_vector_dumper(cur)
+            with cur.copy(f"COPY rag_nodes ({', '.join(NODE_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(list(NODE_TYPES))
                 for doc in docs:
                     for row in _node_rows(doc):
                         copy.write_row(row)
                         written += 1
+        if rebuild is not None:
+            rebuild()
     return written
+
+
+def _suspend_index_maintenance(conn: psycopg.Connection) -> Callable[[], None]:
+    """Drop the deferred indexes and turn the BM25 triggers off; return what restores both.
+
+    The indexes come back from their own catalogued definitions, so a migration that changes
+    one is followed automatically. Everything is transactional: a failure rolls it all back.
+    """
+    definitions = conn.execute(
+        "SELECT indexname, indexdef FROM pg_indexes"
+        " WHERE schemaname = current_schema() AND tablename = 'rag_nodes' AND indexname = ANY(%s)",
+        (list(DEFERRED_INDEXES),),
+    ).fetchall()
+    for name, _ in definitions:
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+    for trigger in BM25_WRITE_TRIGGERS:
+        conn.execute(sql.SQL("ALTER TABLE rag_nodes DISABLE TRIGGER {}").format(sql.Identifier(trigger)))
+
+    def restore() -> None:
+        conn.execute("SET LOCAL maintenance_work_mem = '512MB'")  # the HNSW graph is built in memory
+        for _, definition in definitions:
+            conn.execute(definition)
+        for trigger in BM25_WRITE_TRIGGERS:
+            conn.execute(sql.SQL("ALTER TABLE rag_nodes ENABLE TRIGGER {}").format(sql.Identifier(trigger)))
+        conn.execute("SELECT rag_bm25_rebuild()")
+
+    return restore
 
 
 def delete_documents(conn: psycopg.Connection, document_ids: Sequence[str]) -> int:
