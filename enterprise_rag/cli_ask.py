@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -9,13 +10,22 @@ import typer
 import yaml
 from rich.table import Table
 
-from enterprise_rag.cli_common import ConfigOpt, DataDirOpt, JsonOpt, err, open_rag, out, print_json, split_csv
+from enterprise_rag.cli_common import (
+    ConfigOpt,
+    DataDirOpt,
+    GroupsOpt,
+    JsonOpt,
+    UserOpt,
+    err,
+    open_rag,
+    out,
+    print_json,
+    split_csv,
+)
 
 if TYPE_CHECKING:
     from enterprise_rag.evaluation.payload import QueryResult
 
-UserOpt = Annotated[str, typer.Option("--user", help="Asking user id.")]
-GroupsOpt = Annotated[str | None, typer.Option("--groups", help="Comma-separated groups of the user.")]
 SAMPLE_CORPUS = Path(__file__).resolve().parent / "sample_corpus"
 
 
@@ -48,7 +58,13 @@ def ask_command(
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Answer a question as a user: cited, checked, permission-scoped."""
+    """Answer a question as a user: cited, checked, permission-scoped.
+
+    Without a question it starts a chat: each line is a question, answered with
+    the conversation so far as history, so a follow-up like "and for contractors?"
+    is first rewritten into a standalone question. An empty line or Ctrl-D ends
+    it. With --json each answer is one line of JSON (the query payload).
+    """
     from enterprise_rag import Principal
 
     principal = Principal(user, split_csv(groups))
@@ -58,16 +74,19 @@ def ask_command(
             print_json(res.to_dict()) if as_json else show_result(res)
             return
         history: list[dict[str, str]] = []
-        err.print("chat mode: empty line or Ctrl-D to quit")
+        err.print("chat mode: follow-ups use the conversation; empty line or Ctrl-D to quit", markup=False)
         while True:
             try:
-                line = input("? ").strip()
+                line = err.input("? ").strip()  # the prompt goes to stderr: stdout holds only answers
             except EOFError:
                 break
             if not line:
                 break
             res = rag.query(line, user=principal, history=history)
-            print_json(res.to_dict()) if as_json else show_result(res)
+            if as_json:
+                out.print(json.dumps(res.to_dict(), default=str), markup=False, highlight=False, soft_wrap=True)
+            else:
+                show_result(res)
             history += [{"role": "user", "content": line}, {"role": "assistant", "content": res.answer}]
 
 

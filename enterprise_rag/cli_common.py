@@ -1,23 +1,54 @@
-"""What every CLI command module shares: consoles, common options, small parsers."""
+"""What every CLI command module shares: consoles, common options, progress bars, small parsers.
+
+Output is plain-text safe: colour and styles only when the stream is a terminal
+and ``NO_COLOR`` is unset; progress bars go to stderr and only to a terminal,
+so piped output and ``--json`` stay clean.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 if TYPE_CHECKING:
     from enterprise_rag.rag import EnterpriseRAG
 
-out = Console()
-err = Console(stderr=True)
+EXIT_CODES = {
+    0: "success",
+    1: "finished, but something failed (a file not ingested, a document or trace not found)",
+    2: "bad input or configuration (one-line error on stderr)",
+    3: "store or model unavailable (database unreachable, model file missing or corrupt)",
+}
+EXIT_CODES_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()) + "."
+
+
+def wants_colour(stream: TextIO) -> bool:
+    """Colour only for a terminal, and never when ``NO_COLOR`` is set (https://no-color.org)."""
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that writes escape codes only when :func:`wants_colour` allows it."""
+    colour = wants_colour(sys.stderr if stderr else sys.stdout)
+    return Console(stderr=stderr, color_system="auto" if colour else None, highlight=colour)
+
+
+out = make_console()
+err = make_console(stderr=True)
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file (default: built-ins).")]
 DataDirOpt = Annotated[Path | None, typer.Option("--data-dir", help="Data dir for the embedded store and models.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+UserOpt = Annotated[str, typer.Option("--user", "-u", help="Asking user id.")]
+GroupsOpt = Annotated[str | None, typer.Option("--groups", "-g", help="Comma-separated groups of the user.")]
 
 
 def split_csv(value: str | None) -> list[str] | None:
@@ -29,6 +60,14 @@ def open_rag(config: Path | None, data_dir: Path | None) -> EnterpriseRAG:
     from enterprise_rag import EnterpriseRAG
 
     return EnterpriseRAG.from_config(config, data_dir=data_dir)
+
+
+def progress_bar() -> Progress:
+    """A transient progress bar on stderr, shown only when stderr is a terminal."""
+    return Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True, disable=not err.is_terminal,
+    )  # fmt: skip
 
 
 def print_json(data: Any) -> None:

@@ -3,7 +3,7 @@
 Registered on the app in :mod:`enterprise_rag.cli` (same exit codes: 0 success;
 1 the BEIR corpus was ingested with failures; 2 bad input, one line on stderr;
 3 store or model unavailable). Output: a table of metric rows by mode (or
-principal) columns on stdout, a progress bar on stderr, or ``--json``.
+principal) columns on stdout, or ``--json``; a progress bar on stderr when it is a terminal.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from enterprise_rag.cli_common import ConfigOpt, DataDirOpt, JsonOpt, err, out, split_csv
+from enterprise_rag.cli_common import ConfigOpt, DataDirOpt, JsonOpt, err, out, progress_bar, split_csv
 
 Opt, Arg = typer.Option, typer.Argument
 
@@ -52,8 +51,8 @@ def eval_command(
     split: Annotated[str, Opt("--split", help="BEIR split (qrels/<split>.tsv).")] = "test",
     ingest_first: Annotated[bool, Opt("--ingest", help="Ingest the BEIR corpus (ACL --groups|public).")] = False,
     limit_queries: Annotated[int | None, Opt("--limit-queries", min=1, help="Only the first N questions.")] = None,
-    user: Annotated[str | None, Opt("--user", help="Principal for questions that name no user.")] = None,
-    groups: Annotated[str | None, Opt("--groups", help="Comma-separated groups of --user.")] = None,
+    user: Annotated[str | None, Opt("--user", "-u", help="Principal for questions that name no user.")] = None,
+    groups: Annotated[str | None, Opt("--groups", "-g", help="Comma-separated groups of --user.")] = None,
     scopes: Annotated[list[str] | None, Opt("--as", help="USER:G1,G2; repeat to compare principals.")] = None,
     modes: Annotated[str, Opt("--modes", help="Retrieval modes to compare: dense,text,hybrid.")] = "hybrid",
     ks: Annotated[str, Opt("--k", help="Cutoffs for recall@k and precision@k.")] = "1,3,5,10",
@@ -91,10 +90,7 @@ def eval_command(
             "pass --user ID [--groups g1,g2] or --as USER:G1,G2"
         )
     result: dict[str, Any] = {"evalset": evalset.name, "num_queries": len(evalset), "ks": cutoffs, "modes": mode_list}
-    with EnterpriseRAG.from_config(config, data_dir=data_dir) as rag, Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, transient=True, disable=as_json,
-    ) as bar:  # fmt: skip
+    with EnterpriseRAG.from_config(config, data_dir=data_dir) as rag, progress_bar() as bar:
         ingest_report = None
         if ingest_first and beir is not None:
             task = bar.add_task("ingesting", total=ce.count_beir_corpus(beir))

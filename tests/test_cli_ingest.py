@@ -162,3 +162,95 @@ def test_invalid_config_exits_2_with_one_line_naming_the_field(cli: Run, fresh_d
     assert len(lines) == 1, result.stderr  # not wrapped at the default 80 columns either
     assert lines[0].startswith("error: ") and "ingest.max_file_mb" in lines[0] and str(bad) in lines[0]
     assert result.stdout == ""
+
+
+# ---- output conventions: --json, progress only on a terminal, colour only on a terminal without NO_COLOR ----
+def _run_on_pty(
+    args: list[str], stream: str, tmp_path: Path, extra_env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run the CLI with ``stream`` (stdout or stderr) attached to a pseudo-terminal; returns (code, pty, other)."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = {k: v for k, v in _env(120).items() if k != "NO_COLOR"}
+    env.update(extra_env or {})
+    proc = subprocess.Popen(
+        [*_command(), *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+        stdout=slave if stream == "stdout" else subprocess.PIPE,
+        stderr=slave if stream == "stderr" else subprocess.PIPE,
+    )  # fmt: skip
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    piped_out, piped_err = proc.communicate(timeout=180)
+    other = piped_err if stream == "stdout" else piped_out
+    return proc.returncode, b"".join(chunks).decode(errors="replace"), other.decode(errors="replace")
+
+
+def _memo_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    folder.mkdir(exist_ok=True)
+    (folder / "memo.md").write_text(_md("Memo", "The memo is short.", allowed_groups=["staff"]))
+    return folder
+
+
+def test_progress_bar_only_when_stderr_is_a_terminal(cli: Run, config: Path, tmp_path: Path) -> None:
+    folder = _memo_folder(tmp_path)
+    piped = cli("ingest", str(folder))
+    assert piped.returncode == 0 and piped.stderr == ""  # nothing but errors on a pipe
+
+    (folder / "memo.md").write_text(_md("Memo", "The memo is now longer.", allowed_groups=["staff"]))
+    args = ["ingest", str(folder), "--config", str(config), "--data-dir", str(tmp_path / "data")]
+    code, on_tty, stdout = _run_on_pty(args, "stderr", tmp_path)
+    assert code == 0, on_tty
+    assert "ingesting" in on_tty or "updated: memo.md" in on_tty  # the bar was drawn on the terminal
+    assert "1 updated" in stdout and "\x1b[" not in stdout  # stdout is a pipe: plain text
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(config: Path, tmp_path: Path) -> None:
+    folder = _memo_folder(tmp_path)
+    args = ["ingest", str(folder), "--config", str(config), "--data-dir", str(tmp_path / "data")]
+    code, coloured, _ = _run_on_pty(args, "stdout", tmp_path)
+    assert code == 0, coloured
+    assert "\x1b[" in coloured and "memo.md" in coloured
+    code, plain, _ = _run_on_pty(args, "stdout", tmp_path, {"NO_COLOR": "1"})
+    assert code == 0, plain
+    assert "\x1b[" not in plain and "memo.md" in plain
+
+
+def test_delete_json_lists_deleted_and_missing(cli: Run, fresh_dsn: str, tmp_path: Path) -> None:
+    path = _memo_folder(tmp_path) / "memo.md"
+    assert cli("ingest", str(path)).returncode == 0
+    result = cli("delete", str(path), "no-such-doc", "--json", columns=None)
+    assert result.returncode == 1, result.stderr
+    assert json.loads(result.stdout) == {"deleted": [str(path)], "not_found": ["no-such-doc"]}
+    assert _documents(fresh_dsn) == {}
+
+
+def test_every_command_documents_exit_codes_and_has_json_where_output_matters() -> None:
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from enterprise_rag.cli import app
+    from enterprise_rag.cli_common import EXIT_CODES
+
+    root = get_command(app)
+    commands = root.commands  # type: ignore[attr-defined]
+    for name in ("status", "ingest", "delete", "search", "eval", "ask", "trace"):
+        flags = {opt for p in commands[name].params for opt in getattr(p, "opts", [])}
+        assert "--json" in flags, name
+    runner = CliRunner()
+    for args in [[], *([name] for name in commands if name != "models"), ["models", "install"]]:
+        shown = runner.invoke(app, [*args, "--help"], env={"COLUMNS": "300", "NO_COLOR": "1"})
+        assert shown.exit_code == 0, (args, shown.output)
+        text = " ".join(shown.output.split())
+        for code, meaning in EXIT_CODES.items():
+            assert f"{code} {meaning}" in text, (args, code)
