@@ -74,3 +74,44 @@ def test_demo_questions_include_out_of_corpus_and_permission_contrast() -> None:
                for q in picked)  # fmt: skip
     contrast = [q for q in picked if q not in manifest["questions"]]
     assert contrast, "a question re-asked by a user who may not see its document"
+
+
+def test_chat_mode_follow_ups_use_the_history(
+    fresh_dsn: str, tmp_path: Path, embed_model: Any, monkeypatch: Any
+) -> None:
+    """``ask`` without a question: each answer joins the history the next question is rewritten with."""
+    from typer.testing import CliRunner
+
+    from enterprise_rag import cli_ask
+    from enterprise_rag.cli import app
+
+    (tmp_path / "leave.md").write_text(DOC)
+    seen: list[str] = []
+
+    def standalone(messages: list[Any], kwargs: dict[str, Any]) -> str:
+        seen.append(messages[-1].content)
+        return "How many days of annual leave do staff get?"
+
+    rag = EnterpriseRAG(
+        data_dir=tmp_path / "data", settings=load_settings(None, database={"dsn": fresh_dsn}), embed_model=embed_model,
+        generator=ScriptedLLM({"generate": answer_with("27 days")}),
+        grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "check": CHECK_OK, "standalone": standalone}),
+    )  # fmt: skip
+    rag.ingest([tmp_path / "leave.md"])
+    monkeypatch.setattr(cli_ask, "open_rag", lambda config, data_dir: rag)
+
+    first = "How much annual leave do staff get?"
+    result = CliRunner().invoke(
+        app, ["ask", "--user", "ann", "--groups", "staff", "--json"], input=f"{first}\nAnd in days?\n\n"
+    )
+
+    assert result.exit_code == 0, result.output
+    answers = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(answers) == 2 and all("27 days" in a["answer"] for a in answers)
+    assert len(seen) == 1  # only the follow-up is rewritten, with the first turn in its prompt
+    assert first in seen[0] and answers[0]["answer"] in seen[0] and "And in days?" in seen[0]
+    trace = rag.trace(answers[1]["trace_id"], Principal("ann", ["staff"]))
+    assert trace is not None
+    assert trace["history"] == [
+        {"role": "user", "content": first}, {"role": "assistant", "content": answers[0]["answer"]},
+    ]  # fmt: skip
