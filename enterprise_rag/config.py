@@ -73,7 +73,9 @@ class LLMRoleSettings(_Section):
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature.")
     max_tokens: int = Field(512, ge=1, description="Upper bound of generated tokens per call.")
     timeout_s: float = Field(180.0, gt=0, description="Seconds before one call is abandoned.")
-    max_retries: int = Field(2, ge=0, le=10, description="Retries with exponential backoff after a failure.")
+    max_retries: int = Field(
+        2, ge=0, le=10, description="HTTP retries of one call (OpenAI: 429, 5xx, timeout; total = this + 1)."
+    )
     api_key: SecretStr | None = Field(None, description="OpenAI API key (else OPENAI_API_KEY).")
     api_base: str | None = Field(None, description="OpenAI-compatible base URL.")
 
@@ -97,6 +99,7 @@ class RerankerSettings(_Section):
     provider: Literal["none", "cohere"] = Field("none", description="none keeps the fused order.")
     model: str = Field("rerank-v3.5", description="Cohere rerank model.")
     top_n: int = Field(6, ge=1, description="Passages kept after reranking.")
+    timeout_s: float = Field(30.0, gt=0, description="Seconds before one rerank request is abandoned.")
     api_key: SecretStr | None = Field(None, description="Cohere API key (else COHERE_API_KEY).")
 
 

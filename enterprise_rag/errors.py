@@ -44,6 +44,10 @@ class LLMError(RagError):
     """An LLM call failed after its retries (timeout, rate limit, server error, malformed output)."""
 
 
+class LLMUnavailableError(LLMError):
+    """The LLM service failed after its client's own HTTP retries; callers do not retry it again."""
+
+
 class WebSearchError(RagError):
     """A web search call failed (bad key, quota, timeout, unreachable service); never carries the API key."""
 

@@ -32,7 +32,7 @@ from llama_index.core.schema import NodeWithScore, TextNode
 
 from enterprise_rag import Principal
 from enterprise_rag.config import RagSettings, load_settings
-from enterprise_rag.errors import ConfigError, PermissionDeniedError, RagError, WebSearchError
+from enterprise_rag.errors import ConfigError, LLMUnavailableError, PermissionDeniedError, RagError, WebSearchError
 from enterprise_rag.providers import Providers
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import (
@@ -354,10 +354,11 @@ def test_openai_chat_500_forever_raises_after_the_retries(tmp_path: Path) -> Non
     with respx.mock(assert_all_called=True, assert_all_mocked=True) as router:
         route = router.post(f"{OPENAI}/chat/completions").mock(return_value=failing)
         started = time.monotonic()
-        with pytest.raises(openai.InternalServerError):
+        with pytest.raises(LLMUnavailableError, match="after 2 HTTP attempts") as caught:
             providers.generator.chat([ChatMessage(role="user", content="hi")])
         elapsed = time.monotonic() - started
 
+    assert isinstance(caught.value.__cause__, openai.InternalServerError)
     assert route.call_count == 2  # the first try and max_retries=1 retry
     assert elapsed < 10
 

@@ -62,24 +62,30 @@ def _local_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
 
 
 def _openai_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
-    module = require("llama_index.llms.openai", "openai")
-    return module.OpenAI(  # type: ignore[no-any-return]
+    require("llama_index.llms.openai", "openai")
+    from enterprise_rag.providers.openai_llm import BoundedRetryOpenAI
+
+    return BoundedRetryOpenAI(
         model=role.model,
         temperature=role.temperature,
         max_tokens=role.max_tokens,
         timeout=role.timeout_s,
-        max_retries=role.max_retries,
+        http_max_retries=role.max_retries,
         api_key=_secret(role.api_key, "OPENAI_API_KEY"),
         api_base=role.api_base,
     )
 
 
 def _cohere_reranker(s: RagSettings, data_dir: Path) -> Any:
-    module = require("llama_index.postprocessor.cohere_rerank", "cohere")
+    require("llama_index.postprocessor.cohere_rerank", "cohere")
     key = _secret(s.reranker.api_key, "COHERE_API_KEY")
     if not key:
         raise ConfigError("reranker.api_key: Cohere rerank needs an API key (or COHERE_API_KEY)")
-    return module.CohereRerank(model=s.reranker.model, top_n=s.reranker.top_n, api_key=key)
+    from enterprise_rag.providers.cohere_rerank import TimedCohereRerank
+
+    return TimedCohereRerank(
+        model=s.reranker.model, top_n=s.reranker.top_n, api_key=key, timeout_s=s.reranker.timeout_s
+    )
 
 
 def _no_reranker(s: RagSettings, data_dir: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from llama_index.core.llms import LLM, ChatMessage
 
-from enterprise_rag.errors import LLMError
+from enterprise_rag.errors import LLMError, LLMUnavailableError
 from enterprise_rag.trace.store import TraceRecorder
 
 logger = logging.getLogger(__name__)
@@ -118,6 +118,9 @@ class LLMCaller:
                 response = self._with_timeout(llm, messages, kwargs)
                 text = response.message.content or ""
                 parsed = self._parse(text, schema)
+            except LLMUnavailableError as exc:  # the client already spent its retries: do not multiply them
+                self.stats.failures += 1
+                raise LLMError(f"LLM call '{name}' failed: {exc}") from exc
             except Exception as exc:  # timeout, HTTP 429/500, malformed JSON: retry, bounded
                 last = exc
                 self.stats.failures += 1

@@ -49,7 +49,8 @@ def read_document(path: Path, max_bytes: int) -> LoadedDocument:
         size = path.stat().st_size
         if size > max_bytes:
             raise IngestError(where, f"file is {human_size(size)}, over the {human_limit(max_bytes)} limit")
-        raw = path.read_bytes()
+        with path.open("rb") as fh:
+            raw = fh.read(max_bytes + 1)  # never more than the limit, even if the file grew after stat
     except FileNotFoundError as exc:
         raise IngestError(where, "no such file") from exc
     except IsADirectoryError as exc:
@@ -57,7 +58,7 @@ def read_document(path: Path, max_bytes: int) -> LoadedDocument:
     except OSError as exc:
         raise IngestError(where, f"cannot read file: {exc.strerror or exc}") from exc
     if len(raw) > max_bytes:  # grew between stat and read
-        raise IngestError(where, f"file is {human_size(len(raw))}, over the {human_limit(max_bytes)} limit")
+        raise IngestError(where, f"file grew past the {human_limit(max_bytes)} limit while being read")
     if not raw:
         raise IngestError(where, "file is empty (0 bytes)")
     parsed = reader(raw, path)

@@ -1,0 +1,55 @@
+"""llama-index's OpenAI LLM with one retry owner, so the HTTP attempts equal the configured bound.
+
+Stock ``OpenAI(max_retries=n)`` retries twice over: a tenacity loop of ``n``
+attempts around the openai SDK, whose client retries ``n`` more times per
+attempt (measured: 6 HTTP requests for ``max_retries=2``). Here the wrapper's
+loop is off and only the SDK retries (429, 5xx, timeouts, refused connections,
+with its exponential backoff and ``retry-after``): ``max_retries + 1`` requests.
+What still fails is raised as :class:`LLMUnavailableError`, which the
+workflow's own retry loop does not multiply again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse
+from llama_index.core.bridge.pydantic import Field
+from llama_index.llms.openai import OpenAI
+
+from enterprise_rag.errors import LLMUnavailableError
+
+
+class BoundedRetryOpenAI(OpenAI):
+    """``OpenAI`` whose SDK client retries ``http_max_retries`` times and whose wrapper never retries."""
+
+    http_max_retries: int = Field(default=2, ge=0, description="Retries of one call by the openai SDK.")
+
+    def __init__(self, *, http_max_retries: int = 2, **kwargs: Any) -> None:
+        super().__init__(max_retries=0, http_max_retries=http_max_retries, **kwargs)  # 0: wrapper loop off
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "BoundedRetryOpenAI"
+
+    def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
+        return {**super()._get_credential_kwargs(is_async), "max_retries": self.http_max_retries}
+
+    def _unavailable(self, exc: openai.APIError) -> LLMUnavailableError:
+        return LLMUnavailableError(
+            f"OpenAI {self.model} failed after {self.http_max_retries + 1} HTTP attempts: {type(exc).__name__}: {exc}"
+        )
+
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        try:
+            return super().chat(messages, **kwargs)
+        except openai.APIError as exc:
+            raise self._unavailable(exc) from exc
+
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        try:
+            return await super().achat(messages, **kwargs)
+        except openai.APIError as exc:
+            raise self._unavailable(exc) from exc
