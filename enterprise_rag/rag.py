@@ -31,9 +31,11 @@ logger = logging.getLogger(__name__)
 class EnterpriseRAG:
     """Permission-scoped, cited, self-checking RAG over your documents.
 
-    >>> rag = EnterpriseRAG(data_dir="/tmp/rag")            # embedded defaults
-    >>> rag.status()["postgres_version"]                    # doctest: +SKIP
-    'PostgreSQL 18.4 ...'
+    >>> from enterprise_rag import EnterpriseRAG, Principal
+    >>> rag = EnterpriseRAG(data_dir="/srv/rag")                          # embedded defaults
+    >>> rag.ingest("handbook/", allowed_groups=["all-staff"])             # doctest: +SKIP
+    >>> res = rag.query("How long is the refund window?", user=Principal("dana", ["all-staff"]))  # doctest: +SKIP
+    >>> res.answer, [c.source for c in res.citations]                     # doctest: +SKIP
 
     Models and clients can be injected (tests use the fakes in
     :mod:`enterprise_rag.testing`); anything not injected is built from the
@@ -60,7 +62,10 @@ class EnterpriseRAG:
 
     @classmethod
     def from_config(cls, path: str | Path | None, data_dir: str | Path | None = None, **injected: Any) -> EnterpriseRAG:
-        """Build from a YAML config file (``None`` = defaults), with environment overrides."""
+        """Build from a YAML config file (``None`` = defaults), with environment overrides.
+
+        >>> rag = EnterpriseRAG.from_config("config/production.yaml")   # doctest: +SKIP
+        """
         return cls(data_dir=data_dir, settings=load_settings(path), **injected)
 
     def ingest(
@@ -77,6 +82,12 @@ class EnterpriseRAG:
         document's front-matter; a document with neither is refused. Unchanged
         documents are skipped; changed ones replace their nodes atomically.
         A bad file fails alone, with its path and reason in ``report.failed``.
+        ``progress(source, outcome)`` is called after each document.
+
+        >>> report = rag.ingest("handbook/", allowed_groups=["all-staff"])   # doctest: +SKIP
+        >>> report.summary()                                               # doctest: +SKIP
+        '12 added, 0 updated, 0 unchanged, 0 failed'
+        >>> rag.ingest(["hr/salaries.md"])            # ACL from front-matter  # doctest: +SKIP
         """
         from enterprise_rag.ingest.pipeline import Ingestor  # parsers load only when ingesting
 
@@ -85,7 +96,13 @@ class EnterpriseRAG:
         return ingestor.ingest(items, allowed_groups, allowed_users, metadata, progress)
 
     def delete(self, document_id_or_path: str | Path) -> bool:
-        """Delete a document (by id, or by the path it was ingested from) and all its nodes."""
+        """Delete a document (by id, or by the path it was ingested from) and all its nodes.
+
+        Returns False when nothing matched.
+
+        >>> rag.delete("handbook/old-policy.md")   # doctest: +SKIP
+        True
+        """
         key = str(document_id_or_path)
         candidates = [key, document_id_for(str(Path(key).expanduser().resolve()))]
         with self.db.connection() as conn:
@@ -105,7 +122,11 @@ class EnterpriseRAG:
         history: History | None = None,
         options: RetrievalOptions | None = None,
     ) -> PermissionScopedRetriever:
-        """A LlamaIndex ``BaseRetriever`` scoped to ``user`` (sync and async)."""
+        """A LlamaIndex ``BaseRetriever`` scoped to ``user`` (sync and async), for your own query engines.
+
+        >>> retriever = rag.as_retriever(user=Principal("dana", ["all-staff"]), top_k=5)  # doctest: +SKIP
+        >>> nodes = retriever.retrieve("refund window")       # or: await retriever.aretrieve(...)  # doctest: +SKIP
+        """
         opts = options or RetrievalOptions()
         needs_llm = bool(history) and opts.rewrite_with_history or opts.multi_query or opts.hyde
         return PermissionScopedRetriever(
@@ -139,13 +160,19 @@ class EnterpriseRAG:
         """Passages ``user`` may read that best answer ``question``, parents merged, best first.
 
         A plain ``list[NodeWithScore]`` that a notebook shows as a table.
+
+        >>> for hit in rag.retrieve("refund window", user=Principal("dana", ["all-staff"]), top_k=3):  # doctest: +SKIP
+        ...     print(hit.score, hit.node.metadata["source"], hit.node.metadata.get("page"))
         """
         return RetrievedNodes(self.as_retriever(user, top_k=top_k, history=history).retrieve(question))
 
     async def aquery(
         self, question: str, user: Principal, history: History | None = None, trace_id: str | None = None
     ) -> QueryResult:
-        """Answer with citations and checks; see :meth:`query`."""
+        """Answer with citations and checks; the async form of :meth:`query`.
+
+        >>> res = await rag.aquery("How long is the refund window?", user=dana)   # doctest: +SKIP
+        """
         from enterprise_rag.workflow.runner import run_query
 
         return await run_query(self, question, require_principal(user), history, trace_id)
@@ -158,7 +185,12 @@ class EnterpriseRAG:
         Runs the corrective workflow (grade, rewrite, guarded web fallback,
         generate, citation / support / usefulness checks). Passing the
         ``trace_id`` of a run that was interrupted resumes it without repeating
-        the LLM calls it had finished.
+        the LLM calls it had finished. ``history`` (``[{"role": "user", "content": ...}, ...]``)
+        makes ``question`` a follow-up, rewritten standalone before retrieval.
+
+        >>> res = rag.query("How long is the refund window?", user=Principal("dana", ["all-staff"]))  # doctest: +SKIP
+        >>> res.answer, res.citations[0].source, res.evaluation["confidence"], res.trace_id  # doctest: +SKIP
+        >>> res.to_dict()                     # the JSON payload                            # doctest: +SKIP
         """
         from enterprise_rag.workflow.runner import run_sync
 
@@ -170,13 +202,19 @@ class EnterpriseRAG:
 
         The answer is released only after the citation and support checks, so
         nothing that a check would retract is ever shown.
+
+        >>> for event in rag.stream_query("How long is the refund window?", user=dana):  # doctest: +SKIP
+        ...     print(event.name if event.kind == "step" else event.text if event.kind == "answer" else event.data)
         """
         from enterprise_rag.workflow.streaming import stream_query
 
         return stream_query(self, question, require_principal(user), history)
 
     def resume(self, trace_id: str, user: Principal) -> QueryResult:
-        """Resume an interrupted query from its trace (same user only)."""
+        """Resume an interrupted query from its trace (same user only), replaying the LLM calls it had made.
+
+        >>> res = rag.resume(trace_id, user=dana)   # doctest: +SKIP
+        """
         trace = self.trace(trace_id, user)
         if trace is None:
             raise PermissionDeniedError(f"no trace {trace_id} for this user")
@@ -186,6 +224,9 @@ class EnterpriseRAG:
         """The stored trace of a query (steps, grades, decisions, LLM calls), only for the user who asked.
 
         A plain dict that a notebook shows as tables.
+
+        >>> trace = rag.trace(res.trace_id, user=dana)              # doctest: +SKIP
+        >>> [(s["step"], round(s["ms"])) for s in trace["steps"]]   # doctest: +SKIP
         """
         from enterprise_rag.trace.store import TraceStore
 
@@ -193,7 +234,10 @@ class EnterpriseRAG:
         return None if trace is None else Trace(trace)
 
     def status(self) -> dict[str, Any]:
-        """Store location, server and pgvector versions, counts, configured models."""
+        """Store location, server and pgvector versions, counts, configured models.
+
+        >>> rag.status()["documents"], rag.status()["pgvector_version"]   # doctest: +SKIP
+        """
         with self.db.connection() as conn:
             pg_version = conn.execute("SELECT version()").fetchone()[0]  # type: ignore[index]
             vector_version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]  # type: ignore[index]
