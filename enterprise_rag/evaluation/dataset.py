@@ -180,6 +180,10 @@ def load_beir(folder: str | Path, split: str = "test") -> EvalSet:
     Reads ``queries.<split>.jsonl`` (else ``queries.jsonl``) and
     ``qrels/<split>.tsv``; the corpus is left on disk (see :func:`iter_beir_corpus`)
     and only its path is recorded.
+
+    >>> evalset = load_beir("../shared/data/scifact")        # doctest: +SKIP
+    >>> len(evalset), evalset.name                          # doctest: +SKIP
+    (300, 'scifact/test')
     """
     root = Path(folder)
     if not root.is_dir():

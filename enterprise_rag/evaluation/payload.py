@@ -10,7 +10,13 @@ from enterprise_rag import display
 
 @dataclass(frozen=True)
 class Citation:
-    """One cited source; readable as ``c.source`` and ``c["source"]``."""
+    """One cited source; readable as ``c.source`` and ``c["source"]``.
+
+    ``kind`` is ``corpus`` or ``web``; ``quote`` is the sentence of the source the citation points at.
+
+    >>> Citation("S1", "policies/refunds.md", 2, "doc-1", "Refunds within 30 days.")["page"]
+    2
+    """
 
     label: str
     source: str
@@ -28,6 +34,24 @@ class Citation:
 
 @dataclass
 class QueryResult:
+    """The outcome of :meth:`EnterpriseRAG.query`: the answer, its citations, checks and trace id.
+
+    ``evaluation`` holds confidence, retrieval relevance, support and usefulness
+    labels and the corpus / web source counts; ``pipeline`` what the workflow did
+    (decision, rewrites, retries, LLM calls, tokens, latency); ``sources`` the
+    numbered passages the generator saw (text included). ``to_dict()`` is the
+    JSON payload of DESIGN.md section 5.
+
+    >>> res = rag.query("How long is the refund window?", user=dana)    # doctest: +SKIP
+    >>> res.answer                                                      # doctest: +SKIP
+    'Customers can ask for a refund within 30 days [S1].'
+    >>> [(c.label, c.source, c.page) for c in res.citations]            # doctest: +SKIP
+    [('S1', '/srv/docs/policies/refunds.md', None)]
+    >>> res.evaluation["support"]["label"], res.pipeline["decision"]    # doctest: +SKIP
+    ('fully_supported', 'proceed')
+    >>> json.dumps(res.to_dict())                                       # doctest: +SKIP
+    """
+
     answer: str
     citations: list[Citation]
     evaluation: dict[str, Any]
@@ -36,6 +60,7 @@ class QueryResult:
     sources: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON payload: answer, citations, evaluation, pipeline, trace_id."""
         return {
             "answer": self.answer,
             "citations": [

@@ -204,6 +204,10 @@ def evaluate(
     (first occurrence kept) before scoring. Reports mean recall@k and precision@k
     for each k, ndcg@10 and ndcg@k, mrr@10, and p50/p95 latency of the calls.
     ``progress(done, total)`` is called after each query (for a progress bar).
+
+    >>> evalset = EvalSet(queries={"q1": "refund window?"}, qrels={"q1": {"refunds.md": 1}})
+    >>> evaluate(lambda question: ["faq.md", "refunds.md"], evalset, ks=(1, 2)).metrics["recall@2"]
+    1.0
     """
     return _run(evalset, lambda _qid, question: retrieve(question), ks, name or evalset.name, ndcg_gain, progress)
 
@@ -221,6 +225,13 @@ def evaluate_scopes(
 
     The qrels are not scoped, so a principal who may not read a relevant document
     loses recall on it: the gap between reports is what the permissions hide.
+
+    >>> def make(user):                                   # principal -> (question -> document ids)
+    ...     retriever = rag.as_retriever(user, top_k=10)
+    ...     return lambda q: [n.node.metadata["source"] for n in retriever.retrieve(q)]
+    >>> reports = evaluate_scopes(make, evalset, {"hr": Principal("hana", ["hr"]),
+    ...                                           "staff": Principal("sam", ["all-staff"])})  # doctest: +SKIP
+    >>> compare_table(reports)                                                          # doctest: +SKIP
     """
     return {
         label: evaluate(make_retrieve(principal), evalset, ks, name=label, ndcg_gain=ndcg_gain, progress=progress)
@@ -242,6 +253,10 @@ def evaluate_as_users(
 
     Questions without a user are asked as ``default``; with no default they are an error,
     because retrieval never runs without a principal.
+
+    >>> evalset = load_labelled_yaml("questions.yaml")                  # doctest: +SKIP
+    >>> report = evaluate_as_users(make, evalset, default=Principal("sam", ["all-staff"]))  # doctest: +SKIP
+    >>> report.metrics["ndcg@10"], report.latency_p95_ms                # doctest: +SKIP
     """
     missing = [qid for qid in evalset.queries if qid not in evalset.users]
     if missing and default is None:
@@ -260,7 +275,10 @@ def evaluate_as_users(
 
 
 def compare_table(reports: Mapping[str, EvalReport]) -> list[dict[str, Any]]:
-    """Side-by-side rows ``{"metric", <report name>: value, ...}`` for several reports."""
+    """Side-by-side rows ``{"metric", <report name>: value, ...}`` for several reports.
+
+    >>> import pandas as pd; pd.DataFrame(compare_table({"dense": dense, "hybrid": hybrid}))  # doctest: +SKIP
+    """
     tables = {label: {row["metric"]: row["value"] for row in rep.to_table()} for label, rep in reports.items()}
     metrics = list(dict.fromkeys(m for table in tables.values() for m in table))
     return [{"metric": m, **{label: table.get(m) for label, table in tables.items()}} for m in metrics]
@@ -271,6 +289,9 @@ def plot_recall_curve(reports: Mapping[str, EvalReport], path: str | Path, *, ti
 
     Uses matplotlib's object API (no pyplot), so it changes no global backend or
     state in a notebook. Needs the ``notebooks`` extra.
+
+    >>> plot_recall_curve({"dense": dense, "hybrid": hybrid}, "recall.png")   # doctest: +SKIP
+    PosixPath('recall.png')
     """
     require("matplotlib", "notebooks")
     from matplotlib.figure import Figure

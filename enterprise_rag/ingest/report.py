@@ -19,7 +19,16 @@ class FailedFile:
 
 @dataclass
 class IngestReport:
-    """Outcome of :meth:`EnterpriseRAG.ingest`: sources added / updated / unchanged / failed."""
+    """Outcome of :meth:`EnterpriseRAG.ingest`: sources added / updated / unchanged / failed.
+
+    >>> report = rag.ingest("handbook/", allowed_groups=["all-staff"])   # doctest: +SKIP
+    >>> report.summary()                                               # doctest: +SKIP
+    '11 added, 0 updated, 0 unchanged, 1 failed; 214 nodes written in 9.3 s'
+    >>> [(f.path, f.reason) for f in report.failed]                    # doctest: +SKIP
+    [('/srv/handbook/scan.pdf', 'corrupt or unreadable PDF: ...')]
+    >>> IngestReport(added=["a.md"]).summary()
+    '1 added, 0 updated, 0 unchanged, 0 failed; 0 nodes written in 0.0 s'
+    """
 
     added: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)

@@ -81,7 +81,18 @@ def fuse_rankings(rankings: list[list[Hit]], rrf_k: int) -> list[Hit]:
 
 
 class PermissionScopedRetriever(BaseRetriever):
-    """Retrieves for one principal; construct one per user (they are cheap)."""
+    """A LlamaIndex ``BaseRetriever`` for one principal; construct one per user (they are cheap).
+
+    Hybrid dense + full-text search fused by RRF with the ACL predicate in both
+    halves, parents merged and re-checked, optional rerank. Build it with
+    :meth:`EnterpriseRAG.as_retriever` and use it wherever LlamaIndex takes a retriever.
+
+    >>> retriever = rag.as_retriever(user=Principal("dana", ["all-staff"]), top_k=5)  # doctest: +SKIP
+    >>> nodes = retriever.retrieve("refund window")                                  # doctest: +SKIP
+    >>> nodes = await retriever.aretrieve("refund window")                           # doctest: +SKIP
+    >>> from llama_index.core.query_engine import RetrieverQueryEngine
+    >>> engine = RetrieverQueryEngine.from_args(retriever, llm=my_llm)               # doctest: +SKIP
+    """
 
     def __init__(
         self,
