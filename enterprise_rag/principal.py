@@ -17,6 +17,9 @@ class Principal:
 
     >>> Principal(user_id="dana", groups=["all-staff"])
     Principal(user_id='dana', groups=('all-staff',))
+    >>> Principal("dana", ["all-staff", "", "all-staff"]).groups    # blanks and repeats dropped
+    ('all-staff',)
+    >>> rag.query("How long is the refund window?", user=Principal("dana", ["all-staff"]))  # doctest: +SKIP
     """
 
     user_id: str
