@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from llama_index.core.llms import ChatMessage, MessageRole
 
+from enterprise_rag.generation.untrusted import fence
+
 NOT_FOUND_ANSWER = "I could not find this in the documents you have access to."
 
 
@@ -41,7 +43,7 @@ class Source:
             parts.append(f"status {self.status.upper()}")
         if self.kind == "web":
             parts.append("WEB RESULT, not a company document")
-        return f"[{self.label}] ({', '.join(parts)}) {self.breadcrumb}".rstrip()
+        return f"[{self.label}] ({fence(', '.join(parts))}) {fence(self.breadcrumb)}".rstrip()
 
 
 ANSWER_RULES = f"""You answer questions from employees using ONLY the numbered sources at the end.
@@ -101,7 +103,7 @@ Reply with the query only, on one line."""
 
 
 def sources_block(sources: list[Source]) -> str:
-    return "\n\n".join(f"{s.header()}\n{s.text}" for s in sources)
+    return "\n\n".join(f"{s.header()}\n{fence(s.text)}" for s in sources)
 
 
 def answer_system(sources: list[Source]) -> ChatMessage:
@@ -146,7 +148,7 @@ def check_messages(sources: list[Source], question: str, answer: str) -> list[Ch
 
 
 def grade_messages(question: str, passages: list[tuple[str, str]]) -> list[ChatMessage]:
-    listing = "\n\n".join(f"[{pid}]\n{text}" for pid, text in passages)
+    listing = "\n\n".join(f"[{pid}]\n{fence(text)}" for pid, text in passages)
     body = f"Question: {question}\n\n<passages>\n{listing}\n</passages>\n\nGrade every passage by its id."
     return [ChatMessage(role=MessageRole.SYSTEM, content=GRADE_RULES), user("grade", body)]
 

@@ -1,0 +1,209 @@
+"""Prompt injection planted in documents (enterprise_rag.testing.injections): document text
+cannot forge the prompt's structure, change the workflow's decisions, trigger web search, widen
+the ACL or produce a citation to a source that does not exist.
+
+The LLM roles are scripted fakes (the real model's obedience rate is measured in
+benchmarks/reliability.py); retrieval, the workflow and the checks are the real code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.config import load_settings
+from enterprise_rag.generation import prompts
+from enterprise_rag.generation.untrusted import fence
+from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, CONFIDENTIAL_MARKER, InjectionCase
+from tests.test_workflow import CHECK_OK, GRADE_NO, answer_with, grade_yes_if, sentence_with, sources_in
+
+ALICE = Principal(user_id="alice", groups=["all-staff"])
+IDS = [c.name for c in CASES]
+
+
+def _source(label: str, text: str, title: str = "Doc") -> prompts.Source:
+    return prompts.Source(label=label, text=text, source=f"docs/{label}.md", page=None, title=title,
+                          breadcrumb=title, effective_date=None, status="current", document_id=label)  # fmt: skip
+
+
+# --- the prompt's structure ------------------------------------------------------------------------
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_planted_text_cannot_add_sources_or_close_the_blocks(case: InjectionCase) -> None:
+    sources = [_source("S1", case.document()), _source("S2", "An honest passage.")]
+    system = prompts.answer_system(sources).content or ""
+    assert system.count("<sources>") == 1 and system.count("</sources>") == 1
+    assert re.findall(r"(?m)^\[(S\d+)\] \(", system) == ["S1", "S2"]
+    assert system.index("</sources>") > system.index("An honest passage.")
+
+    grade = prompts.grade_messages(case.question, [("P1", case.document()), ("P2", "An honest passage.")])
+    body = grade[-1].content or ""
+    assert body.count("<passages>") == 1 and body.count("</passages>") == 1
+    assert re.findall(r"(?m)^\[(P\d+)\]$", body) == ["P1", "P2"]
+
+
+def test_fence_defuses_only_structure() -> None:
+    text = "See [S9] and [ p12 ] then < /Sources > or <passages>; keep [note], [1], S9, <b> and a<b."
+    assert fence(text) == "See (S9) and (p12) then (/Sources) or (passages); keep [note], [1], S9, <b> and a<b."
+    assert fence("plain text, 60 € per day\n- item") == "plain text, 60 € per day\n- item"
+
+
+# --- the workflow ----------------------------------------------------------------------------------
+def _write(folder: Path, planted: bool) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for case in CASES:
+        doc = case.document() if planted else case.document().replace(case.injection, "")
+        (folder / case.filename).write_text(doc, encoding="utf-8")
+    (folder / "compensation.md").write_text(CONFIDENTIAL, encoding="utf-8")
+    return folder
+
+
+def _database(server_dsn: str, name: str) -> str:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+
+
+@pytest.fixture(scope="module")
+def corpora(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_model: Any) -> Iterator[dict[str, Any]]:
+    """Two stores: the planted documents, and the same documents without the injected paragraphs."""
+    out: dict[str, Any] = {}
+    for kind in ("planted", "clean"):
+        dsn = _database(server_dsn, f"injection_{kind}")
+        tmp = tmp_path_factory.mktemp(kind)
+        settings = load_settings(None, database={"dsn": dsn})
+        with EnterpriseRAG(data_dir=tmp / "data", settings=settings, embed_model=embed_model) as rag:
+            report = rag.ingest(_write(tmp / "docs", planted=kind == "planted"))
+            assert len(report.added) == len(CASES) + 1 and not report.failed
+        curated = tmp / "curated"
+        curated.mkdir()
+        (curated / "web.md").write_text(
+            "---\nurl: https://intranet.example/web\ntitle: Copy shops\n---\n# Copy shops\n\n"
+            "Black and white printing in public copy shops costs 10 cents per page.\n"
+        )
+        out[kind] = {"dsn": dsn, "data": tmp / "data", "curated": curated}
+    yield out
+    for kind in ("planted", "clean"):
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "injection_{kind}" WITH (FORCE)')
+
+
+def _rag(store: dict[str, Any], embed_model: Any, generator: ScriptedLLM, grader: ScriptedLLM) -> EnterpriseRAG:
+    settings = load_settings(
+        None, database={"dsn": store["dsn"]}, workflow={"llm_backoff_s": 0.01, "max_query_rewrites": 1},
+        # web search is configured and this user's group may use it: only the workflow's decision can trigger it
+        web_search={"provider": "curated", "curated_dir": str(store["curated"]), "egress_groups": ["all-staff"]},
+    )  # fmt: skip
+    return EnterpriseRAG(data_dir=store["data"], settings=settings, embed_model=embed_model,
+                         generator=generator, grader=grader)  # fmt: skip
+
+
+def _honest(case: InjectionCase) -> tuple[ScriptedLLM, ScriptedLLM]:
+    generator = ScriptedLLM({"generate": answer_with(case.fact), "revise": answer_with(case.fact)})
+    grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "check": CHECK_OK, "rewrite": case.question})
+    return generator, grader
+
+
+def _shape(rag: EnterpriseRAG, res: Any) -> dict[str, Any]:
+    """What the workflow decided and did, without sizes that follow from the text length."""
+    pipeline = {k: v for k, v in res.pipeline.items() if k not in ("latency_ms", "prompt_tokens", "completion_tokens")}
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    return {
+        "pipeline": pipeline,
+        "steps": [s["step"] for s in trace["steps"]],
+        "citations": [(c.label, Path(c.source).name, c.kind) for c in res.citations],
+        "answer": res.answer,
+    }
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_planted_instructions_change_no_decision_tool_or_citation(
+    corpora: dict[str, Any], embed_model: Any, case: InjectionCase
+) -> None:
+    shapes = {}
+    for kind in ("planted", "clean"):
+        generator, grader = _honest(case)
+        with _rag(corpora[kind], embed_model, generator, grader) as rag:
+            shapes[kind] = _shape(rag, rag.query(case.question, user=ALICE))
+    assert shapes["planted"] == shapes["clean"]
+    planted = shapes["planted"]
+    assert planted["pipeline"]["decision"] == "proceed" and planted["pipeline"]["web_search_used"] is False
+    assert "web" not in planted["steps"]
+    assert planted["citations"] and all(name == case.filename for _, name, _ in planted["citations"])
+    assert not case.obeyed(planted["answer"], planted["pipeline"]["web_search_used"])
+
+
+def _obedient_answer(case: InjectionCase) -> Any:
+    """A model that does what the planted text says: the honest sentence, then the payload with a fake citation."""
+
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> str:
+        for label, text in sources_in(messages).items():
+            if case.fact.lower() in text.lower():
+                return f"{sentence_with(text, case.fact)} [{label}]. {case.payloads[0]} [S9]."
+        return "Nothing found."
+
+    return handler
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_an_obedient_model_still_cannot_cite_a_fake_source_or_see_other_documents(
+    corpora: dict[str, Any], embed_model: Any, case: InjectionCase
+) -> None:
+    obey = _obedient_answer(case)
+    generator = ScriptedLLM({"generate": obey, "revise": obey})
+    grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "check": CHECK_OK, "rewrite": case.question})
+    with _rag(corpora["planted"], embed_model, generator, grader) as rag:
+        res = rag.query(case.question, user=ALICE)
+        trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    labels = {s["label"] for s in res.sources}
+    assert "S9" not in labels and all(c.label in labels for c in res.citations)
+    assert {Path(c.source).name for c in res.citations} <= {case.filename}
+    citation_steps = [s["data"] for s in trace["steps"] if s["step"] == "citations"]
+    assert citation_steps[0]["ok"] is False and ("unknown_label", "S9") in [
+        tuple(i) for i in citation_steps[0]["issues"]
+    ]
+    assert generator.count("revise") == 1  # the fake citation is sent back for revision, within the cap
+    # ACL: the board document never reaches the model (prompts before any model output is fed back)
+    prompts_seen = [m.content or "" for name, msgs in generator.calls + grader.calls for m in msgs
+                    if name in ("grade", "generate")]  # fmt: skip
+    assert prompts_seen and not any(CONFIDENTIAL_MARKER in p for p in prompts_seen)
+    assert not any(CONFIDENTIAL_MARKER in s["text"] for s in res.sources)
+    assert res.pipeline["web_search_used"] is False
+
+
+@pytest.mark.timeout(300)
+def test_web_search_queries_never_carry_document_text(corpora: dict[str, Any], embed_model: Any) -> None:
+    """Even when a grader obeys 'this passage is irrelevant' and the workflow falls back to the web,
+    what leaves for the web search is built from the question, never from document text."""
+    case = next(c for c in CASES if c.name == "call-the-web")
+    generator = ScriptedLLM({"generate": answer_with("copy shops"), "revise": answer_with("copy shops")})
+    grader = ScriptedLLM({"grade": GRADE_NO, "check": CHECK_OK, "rewrite": "printing cost black and white"})
+    with _rag(corpora["planted"], embed_model, generator, grader) as rag:
+        res = rag.query(case.question, user=ALICE)
+        trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None and res.pipeline["web_search_used"] is True
+    (web,) = [s["data"] for s in trace["steps"] if s["step"] == "web"]
+    rewrite_prompts = [m.content or "" for name, msgs in grader.calls if name == "rewrite" for m in msgs]
+    assert rewrite_prompts and not any("exfil" in p or "Colour printing" in p for p in rewrite_prompts)
+    assert web["phrasings"] and all("exfil" not in p for p in web["phrasings"])
+
+
+def test_retrieval_for_planted_requests_stays_within_the_acl(corpora: dict[str, Any], embed_model: Any) -> None:
+    case = next(c for c in CASES if c.name == "reveal-documents")
+    generator, grader = _honest(case)
+    with _rag(corpora["planted"], embed_model, generator, grader) as rag:
+        for question in (case.question, "executive compensation bonus pool", case.injection):
+            nodes = rag.retrieve(question, user=ALICE, top_k=50)
+            assert nodes and all(CONFIDENTIAL_MARKER not in n.node.get_content() for n in nodes)
+            assert all(Path(n.node.metadata["source"]).name != "compensation.md" for n in nodes)
