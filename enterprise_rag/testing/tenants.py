@@ -1,0 +1,108 @@
+"""A many-team corpus and a scripted LLM that answers from it, for load and cross-talk checks.
+
+Team ``i`` has one document only its group may read, holding a code word no
+other document contains; everyone reads one shared document. Client ``i`` asks
+for team ``i``'s code word. A result is correct when it holds that team's code
+and nothing from another team: any other team's code or source is cross-talk.
+The scripted LLM derives every reply from the prompt it gets (question and
+passages), so concurrent calls cannot borrow each other's state.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from enterprise_rag.principal import Principal
+from enterprise_rag.testing.fake_llm import ScriptedLLM
+
+_TEAM = re.compile(r"team (\d+)\b", re.I)
+_PASSAGE = re.compile(r"(?m)^\[(P\d+)\]\n")
+_SOURCE = re.compile(r"(?m)^\[(S\d+)\] \([^\n]*\n")
+
+
+def code_word(team: int) -> str:
+    return f"CODE-{team:03d}-{(team * 7919) % 10000:04d}"
+
+
+def team_file(team: int) -> str:
+    return f"team-{team:03d}.md"
+
+
+def principal(team: int) -> Principal:
+    return Principal(user_id=f"user-{team:03d}", groups=[f"team-{team:03d}", "all-staff"])
+
+
+def question(team: int) -> str:
+    return f"What is the code word of team {team}?"
+
+
+def write_corpus(folder: Path, teams: int) -> Path:
+    """One private document per team plus one shared document, ACLs in the front-matter."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for team in range(teams):
+        (folder / team_file(team)).write_text(
+            f"---\ntitle: Team {team} handbook\nallowed_groups: [team-{team:03d}]\n---\n\n# Team {team} handbook\n\n"
+            f"## Code word\n\nThe code word of team {team} is {code_word(team)}. Keep it inside team {team}.\n\n"
+            f"## Meetings\n\nTeam {team} meets every Monday in room {100 + team}.\n",
+            encoding="utf-8",
+        )
+    (folder / "shared.md").write_text(
+        "---\ntitle: Shared handbook\nallowed_groups: [all-staff]\n---\n\n# Shared handbook\n\n"
+        "## Code words\n\nEvery team keeps its own code word in its team handbook.\n",
+        encoding="utf-8",
+    )
+    return folder
+
+
+def cross_talk(team: int, texts: list[str], sources: list[str]) -> list[str]:
+    """What in a result belongs to another team (empty when the result is clean)."""
+    own = {team_file(team), "shared.md"}
+    problems = [f"source {Path(s).name}" for s in sources if Path(s).name not in own]
+    for text in texts:
+        problems += [f"code {c}" for c in re.findall(r"CODE-\d{3}-\d{4}", text) if c != code_word(team)]
+    return problems
+
+
+def _team_of(messages: list[Any]) -> int | None:
+    for message in messages:
+        for line in (message.content or "").splitlines():
+            if line.startswith("Question:"):
+                match = _TEAM.search(line)
+                return int(match.group(1)) if match else None
+    return None
+
+
+def _grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    team = _team_of(messages)
+    body = messages[-1].content or ""
+    block = body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]
+    parts = _PASSAGE.split(block)
+    out = {}
+    for pid, text in zip(parts[1::2], parts[2::2], strict=True):
+        hit = team is not None and code_word(team) in text
+        out[pid] = {
+            "evidence": code_word(team) if hit and team is not None else "none",
+            "answers": "yes" if hit else "no",
+        }
+    return out
+
+
+def _answer(messages: list[Any], kwargs: dict[str, Any]) -> str:
+    team = _team_of(messages)
+    system = messages[0].content or ""
+    block = system.split("<sources>\n", 1)[1].rsplit("\n</sources>", 1)[0]
+    parts = _SOURCE.split(block)
+    for label, text in zip(parts[1::2], parts[2::2], strict=True):
+        if team is not None and code_word(team) in text:
+            return f"The code word of team {team} is {code_word(team)} [{label}]."
+    return "I could not find this in the documents you have access to."
+
+
+def scripted_llms() -> tuple[ScriptedLLM, ScriptedLLM]:
+    """(generator, grader) that answer each team's question from the passages in the prompt."""
+    check = {"claims": [{"claim": "the code word", "supported": True}], "answers_question": True}
+    generator = ScriptedLLM({"generate": _answer, "revise": _answer})
+    grader = ScriptedLLM({"grade": _grade, "check": check, "rewrite": lambda m, k: "team code word"})
+    return generator, grader
