@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 EXCERPT_CHARS = 300
 SUMMARY_CHARS = 160
-_TABLE = '<table style="border-collapse:collapse;text-align:left">'
-_CELL = 'style="border:1px solid #ccc;padding:2px 6px;vertical-align:top;text-align:left"'
+LISTED_DOCUMENTS = 30  # per outcome in an ingest report; failures are always all listed
+_TABLE = '<table border="1" class="dataframe" style="border-collapse:collapse">'
+_CELL = 'style="text-align:left;vertical-align:top"'
 _WARNING = '<p style="color:#b00020;font-weight:bold">{}</p>'
 
 
@@ -162,8 +163,12 @@ def ingest_report_html(report: IngestReport) -> str:
     parts.append(table(["stage", "seconds"], [(name, f"{s:.2f}") for name, s in timings]))
     if report.failed:
         parts.append(_WARNING.format(f"{len(report.failed)} document(s) failed"))
-    rows = [("added", p, "") for p in report.added] + [("updated", p, "") for p in report.updated]
-    rows += [("unchanged", p, "") for p in report.unchanged] + [("failed", f.path, f.reason) for f in report.failed]
+    rows: list[tuple[str, str, str]] = []
+    for outcome, paths in (("added", report.added), ("updated", report.updated), ("unchanged", report.unchanged)):
+        rows += [(outcome, p, "") for p in paths[:LISTED_DOCUMENTS]]
+        if len(paths) > LISTED_DOCUMENTS:
+            rows.append((outcome, f"… and {len(paths) - LISTED_DOCUMENTS} more", ""))
+    rows += [("failed", f.path, f.reason) for f in report.failed]
     if rows:
         parts.append(table(["outcome", "path", "reason"], rows))
     return "".join(parts)

@@ -58,6 +58,15 @@ def test_ingest_report_lists_documents_and_failures_with_reasons() -> None:
     assert "failed: bad<1>.pdf" in _pretty(report)
 
 
+def test_a_large_ingest_lists_the_first_documents_then_a_count() -> None:
+    report = IngestReport(
+        added=[f"beir/{i}" for i in range(400)], failed=[FailedFile(f"f{i}.md", "x") for i in range(40)]
+    )
+    html = report._repr_html_()
+    assert "beir/29<" in html and "beir/30<" not in html and "… and 370 more" in html
+    assert "f39.md" in html  # every failure is listed
+
+
 def test_retrieval_html_of_a_hand_built_list() -> None:
     node = TextNode(text="x" * 1000, metadata={"source": "s.md", "page": 2, "title": "T", "status": "current"})
     html = retrieval_html([NodeWithScore(node=node, score=0.5)])
