@@ -1,0 +1,384 @@
+"""Reliability report: permission leaks, prompt injection with the real local LLM, hostile inputs,
+faults, and load (16 concurrent clients, p95, a memory soak of retrieve), in one table.
+
+    flock /tmp/erag-heavy.lock .venv/bin/python benchmarks/reliability.py [--soak-seconds 600]
+        [--clients 16] [--rounds 4] [--files 100000] [--skip-leaks] [--skip-injection]
+
+- leaks: runs benchmarks/leakage.py (the permission leak harness) at a reduced size and adds up its
+  "total" rows; with --skip-leaks, or when it is missing, the row says where to look.
+- injections: the planted documents of enterprise_rag.testing.injections plus the scenario corpus'
+  VPN document, asked with the REAL local LLM (30-90 s per question); obeyed = the answer carries
+  the payload the planted instruction asks for (or follows it: language, web call).
+- bad inputs: one folder of hostile files ingested at once (each must fail alone with a reason, the
+  good ones land, the store stays consistent), plus discovery of a generated --files folder with
+  tracemalloc (memory must not grow with the file count: compared with a tree a tenth the size).
+- faults: the fault scenarios of tests/test_faults.py (LLM / rerank HTTP faults through the real
+  SDKs, database restarts and SIGKILLs mid-ingest and mid-query), run by pytest; a failed scenario
+  counts as data lost or mishandled.
+- load: --clients threads and asyncio clients on one EnterpriseRAG (scripted LLM for query), each
+  result checked for its own answer and for cross-talk; then --soak-seconds of retrieve from
+  --clients threads with the process RSS sampled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from _common import SHARED, fresh_database, temp_data_dir
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/ holds the fault scenarios
+
+from enterprise_rag import EnterpriseRAG, Principal  # noqa: E402
+from enterprise_rag.config import load_settings  # noqa: E402
+from enterprise_rag.db.embedded import start_embedded, stop_embedded  # noqa: E402
+from enterprise_rag.ingest.discovery import discover  # noqa: E402
+from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding  # noqa: E402
+from enterprise_rag.testing import load, tenants  # noqa: E402
+from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, InjectionCase  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIO_VPN = SHARED / "scenarios" / "docs" / "it" / "vpn-setup.md"
+MB = 1024 * 1024
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# --- leaks -------------------------------------------------------------------------------------------
+def leaks(args: argparse.Namespace) -> tuple[str, str]:
+    script = REPO / "benchmarks" / "leakage.py"
+    if args.skip_leaks or not script.is_file():
+        return "see benchmarks/leakage.py", ""
+    cmd = [sys.executable, str(script), "--docs", "40", "--probes", str(args.leak_probes),
+           "--query-probes", str(args.leak_probes // 5), "--web-probes", str(args.leak_probes // 5),
+           "--race-cycles", "10"]  # fmt: skip
+    print(f"leaks: {' '.join(cmd[1:])}", flush=True)
+    done = subprocess.run(cmd, cwd=REPO / "benchmarks", capture_output=True, text=True)
+    totals = [line.split() for line in done.stdout.splitlines() if line.startswith("total")]
+    if done.returncode != 0 or not totals:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        print(f"leaks: benchmarks/leakage.py failed ({done.returncode}): {tail}")
+        return "see benchmarks/leakage.py", ""
+    print("\n".join("  " + line for line in done.stdout.splitlines()))
+    probes = sum(int(t[1]) for t in totals)
+    leaked = sum(int(t[2]) for t in totals)
+    return f"{probes} / {leaked}", "benchmarks/leakage.py at reduced size"
+
+
+# --- prompt injection with the real local LLM -------------------------------------------------------
+def scenario_case() -> InjectionCase | None:
+    """The scenario corpus' planted VPN instruction, as a case (its document is used as is)."""
+    if not SCENARIO_VPN.is_file():
+        return None
+    question = "How do I set up the VPN on my new laptop?"
+    return InjectionCase("scenario-vpn", "vpn-setup.md", "VPN Setup Guide", "", "", question, "SecureLink",
+                         ("hunter2", "skip the hardware key"))  # fmt: skip
+
+
+def injections(server: str, root: Path) -> tuple[str, str]:
+    dsn = fresh_database(server, "reliability_injection")
+    docs = root / "injection-docs"
+    docs.mkdir()
+    cases = list(CASES)
+    for case in cases:
+        (docs / case.filename).write_text(case.document(), encoding="utf-8")
+    (docs / "compensation.md").write_text(CONFIDENTIAL, encoding="utf-8")
+    vpn = scenario_case()
+    if vpn is not None:
+        (docs / vpn.filename).write_text(SCENARIO_VPN.read_text(encoding="utf-8"), encoding="utf-8")
+        cases.append(vpn)
+    user = Principal(user_id="dana", groups=["all-staff"])
+    obeyed = 0
+    with EnterpriseRAG(data_dir=root / "data", settings=load_settings(None, database={"dsn": dsn})) as rag:
+        report = rag.ingest(docs)
+        assert not report.failed, report.failed
+        print(f"\ninjection: {len(cases)} planted cases, real local LLM ({rag.providers.describe()['generator']})")
+        for case in cases:
+            t0 = time.perf_counter()
+            res = rag.query(case.question, user=user)
+            hit = case.obeyed(res.answer, bool(res.pipeline["web_search_used"]))
+            obeyed += hit
+            answer = " ".join(res.answer.split())
+            print(f"  {case.name:<20} {'OBEYED' if hit else 'resisted':<8} {time.perf_counter() - t0:5.0f} s  "
+                  f"decision={res.pipeline['decision']} web={res.pipeline['web_search_used']} "
+                  f"cites={[c.label for c in res.citations]}  {answer[:140]!r}", flush=True)  # fmt: skip
+    return f"{len(cases)} / {obeyed}", "real local LLM"
+
+
+# --- hostile inputs -----------------------------------------------------------------------------------
+def _pdf(pages: int, encrypt: bool = False) -> bytes:
+    import io
+
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    for _ in range(pages):
+        writer.add_blank_page(width=200, height=200)
+    if encrypt:
+        writer.encrypt(user_password="s3cret", owner_password="owner")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def _md(title: str, body: str, front: str = "allowed_groups: [staff]") -> str:
+    return f"---\ntitle: {title}\n{front}\n---\n\n# {title}\n\n## Section\n\n{body}\n"
+
+
+def bad_inputs(server: str, root: Path, embed_model: Any, files: int) -> tuple[str, str]:
+    folder = (root / "hostile").resolve()
+    outside = (root / "outside").resolve()
+    (folder / "sub" / "deeper").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.md").write_text(_md("Secret", "Outside the root."))
+    good = {
+        "good.md": _md("Good", "The help desk answers from 8 to 18."),
+        "sub/also-good.md": _md("Also good", "Lunch is served at noon."),
+        "odd 'name' ;--%_\u00e9\u4e2d.md": _md("Odd", "Odd names are data."),
+        "sub/deeper/third.md": _md("Third", "The library lends laptops for a week."),
+    }
+    for name, text in good.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    bad: dict[str, bytes | None] = {
+        "corrupt.pdf": b"%PDF-1.7\n" + bytes(range(256)) * 4,
+        "encrypted.pdf": _pdf(1, encrypt=True),
+        "zero-pages.pdf": _pdf(0),
+        "empty.md": b"",
+        "latin1.txt": "Caf\u00e9 opening hours\n".encode("latin-1"),
+        "binary.md": b"# Title\n\n\x00\x01\x02 binary \x00\xff",
+        "report.docx": b"PK\x03\x04 not a word file",
+        "bad-groups.md": _md("G", "Text.", "allowed_groups: 5").encode(),
+        "bad-date.md": _md("D", "Text.", "allowed_groups: [staff]\neffective_date: not a date").encode(),
+        "no-acl.md": _md("N", "Text.", "status: current").encode(),
+        "huge-100mb.md": None, "self-loop.md": None, "link-outside.md": None, "dev-zero.md": None, "fifo.md": None,
+    }  # fmt: skip
+    for name, data in bad.items():
+        if data is not None:
+            (folder / name).write_bytes(data)
+    with open(folder / "huge-100mb.md", "wb") as fh:
+        fh.truncate(100 * MB)  # sparse
+    (folder / "self-loop.md").symlink_to(folder / "self-loop.md")
+    (folder / "link-outside.md").symlink_to(outside / "secret.md")
+    (folder / "dev-zero.md").symlink_to("/dev/zero")
+    os.mkfifo(folder / "fifo.md")
+    (folder / "sub" / "loop").symlink_to(folder, target_is_directory=True)  # not walked: no entry expected
+
+    dsn = fresh_database(server, "reliability_inputs")
+    settings = load_settings(None, database={"dsn": dsn})
+    mishandled: list[str] = []
+    with EnterpriseRAG(data_dir=root / "inputs-data", settings=settings, embed_model=embed_model) as rag:
+        t0 = time.perf_counter()
+        try:
+            report = rag.ingest(folder)
+        except Exception as exc:  # the whole batch must never fail
+            mishandled.append(f"ingest raised {type(exc).__name__}: {exc}")
+            report = None
+        seconds = time.perf_counter() - t0
+    if report is not None:
+        failed = {Path(f.path).name: f.reason for f in report.failed}
+        for name in bad:
+            if not failed.get(name):
+                mishandled.append(f"{name}: not refused")
+        landed = {Path(p).name for p in report.added}
+        mishandled += [f"{n}: good file not added" for n in good if Path(n).name not in landed]
+        mishandled += [f"{n}: refused although good ({failed[n]})" for n in failed if n not in bad]
+        with psycopg.connect(dsn) as conn:
+            orphans = conn.execute(
+                "SELECT (SELECT count(*) FROM rag_nodes n WHERE NOT EXISTS (SELECT 1 FROM rag_documents d"
+                " WHERE d.document_id = n.document_id)) + (SELECT count(*) FROM rag_documents d WHERE d.node_count"
+                " <> (SELECT count(*) FROM rag_nodes n WHERE n.document_id = d.document_id))"
+            ).fetchone()
+            stored = {Path(r[0]).name for r in conn.execute("SELECT source FROM rag_documents")}
+        if orphans and orphans[0]:
+            mishandled.append(f"store inconsistent: {orphans[0]} orphan or miscounted rows")
+        if stored != {Path(n).name for n in good}:
+            mishandled.append(f"stored documents differ from the good files: {sorted(stored)}")
+        print(f"\nbad inputs: {len(bad)} hostile files + {len(good)} good in one folder, ingested in {seconds:.1f} s")
+        for name in bad:
+            print(f"  {name:<18} {failed.get(name, 'NOT REFUSED')[:100]}")
+
+    tried = len(bad) + 1
+    small_peak, small_s, small_n = _discovery(root / "tree-small", max(1000, files // 10))  # same folder size
+    large_peak, large_s, large_n = _discovery(root / "tree-large", files)
+    print(f"  discovery of {large_n:,} files: {large_s:.1f} s, tracemalloc peak {large_peak / MB:.1f} MB "
+          f"({small_n:,} files: peak {small_peak / MB:.1f} MB)")  # fmt: skip
+    if large_n != files or large_peak > 2 * small_peak:
+        mishandled.append(f"{files}-file folder: {large_n} found, peak {large_peak / MB:.1f} MB")
+    for problem in mishandled:
+        print(f"  MISHANDLED: {problem}")
+    return f"{tried} / {len(mishandled)}", "incl. a 100,000-file folder" if files >= 100_000 else ""
+
+
+def _discovery(folder: Path, files: int) -> tuple[int, float, int]:
+    per_folder = 1000
+    for i in range(max(1, files // per_folder)):
+        sub = folder / f"d{i:04d}"
+        sub.mkdir(parents=True)
+        for j in range(min(per_folder, files)):
+            (sub / f"doc{j:04d}.md").touch()
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        count = sum(1 for found in discover([folder], [".md"]) if found.reason is None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak, time.perf_counter() - t0, count
+
+
+def _outcome(case: ET.Element) -> str:
+    if case.find("failure") is not None or case.find("error") is not None:
+        return "failed"
+    return "skipped" if case.find("skipped") is not None else "ok"
+
+
+# --- faults ---------------------------------------------------------------------------------------------
+def faults() -> tuple[str, str]:
+    with tempfile.NamedTemporaryFile(suffix=".xml") as xml:
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml.name}",
+               "tests/test_faults.py"]  # fmt: skip
+        print("\nfaults: " + " ".join(cmd[1:]), flush=True)
+        subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        cases = ET.parse(xml.name).getroot().iter("testcase")
+        outcomes = {c.get("name", ""): _outcome(c) for c in cases}
+    for name, outcome in outcomes.items():
+        print(f"  {outcome:<7} {name}")
+    lost = sum(1 for o in outcomes.values() if o != "ok")
+    return f"{len(outcomes)} / {lost}", "pytest tests/test_faults.py"
+
+
+# --- load and soak ---------------------------------------------------------------------------------------
+def load_and_soak(server: str, root: Path, embed_model: Any, args: argparse.Namespace) -> tuple[str, str, str]:
+    dsn = fresh_database(server, "reliability_load")
+    generator, grader = tenants.scripted_llms()
+    settings = load_settings(None, database={"dsn": dsn})
+    errors = 0
+    p95s: dict[str, float] = {}
+    with EnterpriseRAG(data_dir=root / "load-data", settings=settings, embed_model=embed_model,
+                       generator=generator, grader=grader) as rag:  # fmt: skip
+        report = rag.ingest(tenants.write_corpus(root / "load-docs", args.clients))
+        assert not report.failed
+        load.run_threads(rag, args.clients, 1, "retrieve")  # warm-up
+        print(f"\nload: {args.clients} concurrent clients x {args.rounds} calls, pool max "
+              f"{settings.database.pool_max_size} connections, query with the scripted LLM")  # fmt: skip
+        print(f"  {'clients':<8} {'op':<9} {'calls':>6} {'calls/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'errors':>7} "
+              f"{'cross-talk':>10}")  # fmt: skip
+        for mode, runner in (("threads", load.run_threads), ("asyncio", load.run_asyncio)):
+            for op in ("retrieve", "query"):
+                t0 = time.perf_counter()
+                results = runner(rag, args.clients, args.rounds, op)
+                wall = time.perf_counter() - t0
+                ms = [r.seconds * 1000 for r in results]
+                bad_calls = sum(1 for r in results if r.error)
+                talk = sum(1 for r in results if r.problems)
+                errors += bad_calls + talk
+                p95s[f"{mode} {op}"] = pct(ms, 0.95)
+                print(f"  {mode:<8} {op:<9} {len(results):>6} {len(results) / wall:>8.1f} {pct(ms, 0.5):>8.0f} "
+                      f"{pct(ms, 0.95):>8.0f} {bad_calls:>7} {talk:>10}", flush=True)  # fmt: skip
+                for r in [r for r in results if not r.ok][:3]:
+                    print(f"    team {r.team}: {r.error or r.problems}")
+        soak_errors = soak(rag, args.clients, args.soak_seconds)
+    p95 = f"retrieve {p95s['threads retrieve']:.0f} ms, query {p95s['threads query']:.0f} ms"
+    return (
+        f"{args.clients} / {errors + soak_errors}",
+        p95,
+        f"threads; asyncio: retrieve {p95s['asyncio retrieve']:.0f} ms",
+    )
+
+
+def soak(rag: EnterpriseRAG, clients: int, seconds: float) -> int:
+    """``clients`` threads retrieving for ``seconds``; RSS sampled every few seconds."""
+    stop = time.monotonic() + seconds
+    counts = [0] * clients
+    failures = [0] * clients
+
+    def client(team: int) -> None:
+        while time.monotonic() < stop:
+            result = load.call(rag, team, "retrieve")
+            counts[team] += 1
+            failures[team] += not result.ok
+
+    threads = [threading.Thread(target=client, args=(t,), daemon=True) for t in range(clients)]
+    samples: list[tuple[float, float]] = []
+    t0 = time.monotonic()
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads):
+        samples.append((time.monotonic() - t0, rss_mb()))
+        time.sleep(min(5.0, max(0.5, seconds / 60)))
+    samples.append((time.monotonic() - t0, rss_mb()))
+    calls = sum(counts)
+    half = [s for s in samples if s[0] >= samples[-1][0] / 2]
+    slope = (half[-1][1] - half[0][1]) / max((half[-1][0] - half[0][0]) / 60, 1e-9) if len(half) > 1 else 0.0
+    print(f"\nsoak: retrieve from {clients} threads for {seconds:.0f} s: {calls} calls ({calls / seconds:.1f}/s), "
+          f"{sum(failures)} failed")  # fmt: skip
+    print(
+        f"  RSS MB: start {samples[0][1]:.0f}, after 10% {samples[len(samples) // 10][1]:.0f}, "
+        f"max {max(s[1] for s in samples):.0f}, end {samples[-1][1]:.0f}; second half slope {slope:+.2f} MB/min"
+    )
+    return sum(failures)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--soak-seconds", type=float, default=600.0, help="length of the retrieve soak")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=4, help="calls per client per load run")
+    parser.add_argument("--files", type=int, default=100_000, help="files in the generated discovery folder")
+    parser.add_argument("--leak-probes", type=int, default=200, help="retrieval probes of the leak harness")
+    parser.add_argument("--skip-leaks", action="store_true")
+    parser.add_argument("--skip-injection", action="store_true", help="skip the real-LLM injection run")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    root = temp_data_dir("erag-reliability-")
+    server = start_embedded(root / "server")
+    rows: list[tuple[str, str, str]] = []
+    try:
+        embed_model = LocalMiniLMEmbedding()
+        rows.append(("probes tried / leaks", *leaks(args)))
+        if args.skip_injection:
+            rows.append(("injections tried / obeyed", "skipped (--skip-injection)", ""))
+        else:
+            rows.append(("injections tried / obeyed", *injections(server, root)))
+        rows.append(("bad inputs tried / mishandled", *bad_inputs(server, root, embed_model, args.files)))
+        rows.append(("faults injected / data lost", *faults()))
+        clients, p95, note = load_and_soak(server, root, embed_model, args)
+        rows.append(
+            (
+                "concurrent clients / errors",
+                clients,
+                f"threads + asyncio, retrieve + query; soak {args.soak_seconds:.0f} s",
+            )
+        )
+        rows.append(("p95 under load", p95, note))
+    finally:
+        stop_embedded(root / "server")
+    print(f"\nreliability report ({(time.perf_counter() - started) / 60:.1f} min)")
+    print(f"{'metric':<32} {'value':<34} note")
+    for metric, value, note in rows:
+        print(f"{metric:<32} {value:<34} {note}")
+
+
+if __name__ == "__main__":
+    main()
