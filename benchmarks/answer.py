@@ -1,7 +1,8 @@
 """Answer-workflow benchmark on the scenario questions with the local LLM (web disabled).
 
-Prints, in one run: LLM calls and tokens per query by path (proceed / fallback /
-revised), seconds per query p50/p95, the saving of one batched grading call
+Prints, in one run: each case against its expectations in scenarios.yaml (the same
+check as tests/acceptance/test_scenarios_answers.py), LLM calls and tokens per
+query by path (proceed / fallback / revised), seconds per query p50/p95, the saving of one batched grading call
 against one call per passage, and the saving of the shared prompt prefix
 (generation -> check) against a cold KV cache.
 
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -28,6 +31,8 @@ from enterprise_rag.generation import prompts
 from enterprise_rag.workflow.sources import corpus_sources
 
 SCENARIOS = SHARED / "scenarios"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for the suite's matching rules
+from tests.scenario_matching import answer_failures  # noqa: E402
 
 
 def path_of(pipeline: dict[str, Any]) -> str:
@@ -93,8 +98,10 @@ def prefix_comparison(rag: EnterpriseRAG, cases: list[dict[str, Any]]) -> None:
         s, _ = timed_chat(llm, prompts.check_messages(sources, case["question"], "Draft answer. [S1]"), max_tokens=1)
         cold += s
     n = len(cases)
-    print(f"check call after generation (shared prefix): {warm / n:.1f} s, {cached_tokens / n:.0f} prompt tokens "
-          f"reused; cold cache: {cold / n:.1f} s -> prefix reuse saves {1 - warm / cold:.0%} of the prompt time")
+    print(
+        f"check call after generation (shared prefix): {warm / n:.1f} s, {cached_tokens / n:.0f} prompt tokens "
+        f"reused; cold cache: {cold / n:.1f} s -> prefix reuse saves {1 - warm / cold:.0%} of the prompt time"
+    )
 
 
 def main() -> None:
@@ -113,7 +120,7 @@ def main() -> None:
             rag.ingest([SCENARIOS / doc["path"]], allowed_groups=doc["allowed_groups"])
         rag.providers.generator.complete("Say OK.", max_tokens=2)  # load the model before timing
         by_path: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        seconds = []
+        seconds, failed = [], []
         for case in cases:
             user = Principal(case["user"]["user_id"], case["user"]["groups"])
             t0 = time.perf_counter()
@@ -121,15 +128,24 @@ def main() -> None:
             seconds.append(time.perf_counter() - t0)
             p = res.pipeline
             by_path[path_of(p)].append(p)
-            print(f"  {case['id']:38} {path_of(p):9} {p['decision']:8} calls {p['llm_calls']:2}  "
-                  f"tokens {p['prompt_tokens']:5}+{p['completion_tokens']:4}  {seconds[-1]:6.1f} s", flush=True)
+            failures = answer_failures(case, res.answer, p, [c.source for c in res.citations])
+            if failures:
+                failed.append((case["id"], failures, res.answer))
+            print(f"  {case['id']:38} {'ok  ' if not failures else 'FAIL'} {path_of(p):9} {p['decision']:8} "
+                  f"calls {p['llm_calls']:2}  tokens {p['prompt_tokens']:5}+{p['completion_tokens']:4}  "
+                  f"{seconds[-1]:6.1f} s", flush=True)  # fmt: skip
+        print(f"\nscenario answer expectations met: {len(cases) - len(failed)}/{len(cases)}")
+        for case_id, failures, answer in failed:
+            print(f"  FAIL {case_id}: {failures}\n       answer: {answer[:300]!r}")
         print(f"\n{'path':10} {'queries':>8} {'LLM calls':>10} {'prompt tok':>11} {'compl tok':>10}  (means per query)")
         for path, rows in sorted(by_path.items()):
             print(f"{path:10} {len(rows):8} {statistics.mean(r['llm_calls'] for r in rows):10.1f} "
                   f"{statistics.mean(r['prompt_tokens'] for r in rows):11.0f} "
                   f"{statistics.mean(r['completion_tokens'] for r in rows):10.0f}")  # fmt: skip
-        print(f"seconds per query: p50 {statistics.median(seconds):.1f}  p95 {pct(seconds, 0.95):.1f}  "
-              f"({len(seconds)} queries, local model, 2 cores)")
+        print(
+            f"seconds per query: p50 {statistics.median(seconds):.1f}  p95 {pct(seconds, 0.95):.1f}  "
+            f"({len(seconds)} queries, local model, 2 cores)"
+        )
         sample = [c for c in cases if c["kind"] == "both"][: args.sample]
         grading_comparison(rag, sample)
         prefix_comparison(rag, sample)

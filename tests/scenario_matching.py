@@ -33,3 +33,21 @@ def source_matches(source: str | None, wanted: Iterable[str]) -> bool:
 
 def is_not_found(answer: str, pipeline: dict[str, Any]) -> bool:
     return bool(pipeline.get("flagged_for_review")) or any(p in normalise(answer) for p in NOT_FOUND_PHRASES)
+
+
+def answer_failures(
+    case: dict[str, Any], answer: str, pipeline: dict[str, Any], cited: Sequence[str | None]
+) -> list[str]:
+    """Every answer expectation of one scenario case that the result misses (empty: the case passes)."""
+    expect, failures = case["expect"], []
+    failures += [f"missing {i!r}" for i in expect.get("answer_contains_all", []) if not contains(answer, i)]
+    if "answer_contains_any" in expect and not any(contains(answer, i) for i in expect["answer_contains_any"]):
+        failures.append(f"none of {expect['answer_contains_any']!r}")
+    failures += [f"contains excluded {i!r}" for i in expect.get("answer_excludes", []) if contains(answer, i)]
+    if "cites_sources_any" in expect and not any(source_matches(s, expect["cites_sources_any"]) for s in cited):
+        failures.append(f"cites {list(cited)!r}, none of {expect['cites_sources_any']!r}")
+    if "decision_in" in expect and pipeline["decision"] not in expect["decision_in"]:
+        failures.append(f"decision {pipeline['decision']!r} not in {expect['decision_in']!r}")
+    if expect.get("not_found") and not is_not_found(answer, pipeline):
+        failures.append("not a not-found answer")
+    return failures
