@@ -7,6 +7,7 @@ or a real refused local port; the store is the real embedded PostgreSQL.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
@@ -114,6 +115,53 @@ def test_openai_server_down_is_a_clear_error_after_bounded_retries(tmp_path: Pat
         llm.chat([ChatMessage(role="user", content="hi")])
     assert isinstance(caught.value.__cause__, openai.APIConnectionError)
     assert time.monotonic() - started < 20
+
+
+class _SlowServer(http.server.ThreadingHTTPServer):
+    """A real local HTTP server that answers every request only after ``delay`` seconds."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.requests = 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                server.requests += 1
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                time.sleep(server.delay)
+                body = json.dumps(_completion("too late")).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the client gave up first
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+@pytest.mark.timeout(60)
+def test_openai_slow_server_is_abandoned_at_the_configured_timeout(tmp_path: Path) -> None:
+    """A real slow server (not a mocked timeout): each attempt is cut at timeout_s, attempts are bounded."""
+    server = _SlowServer(delay=5.0)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        llm = _openai(tmp_path, 1, api_base=url, timeout_s=0.5).generator
+        started = time.monotonic()
+        with pytest.raises(LLMUnavailableError, match="after 2 HTTP attempts: APITimeoutError"):
+            llm.chat([ChatMessage(role="user", content="hi")])
+        elapsed = time.monotonic() - started
+    finally:
+        server.shutdown()
+    assert server.requests == 2
+    assert elapsed < 4.5  # two 0.5 s attempts plus the SDK's backoff, never the server's 5 s
 
 
 @pytest.mark.timeout(60)
