@@ -91,6 +91,22 @@ def test_openai_http_attempts_equal_max_retries_plus_one(tmp_path: Path, failure
 
 
 @pytest.mark.timeout(60)
+def test_openai_completion_and_async_paths_have_the_same_bound(tmp_path: Path) -> None:
+    import asyncio
+
+    llm = _openai(tmp_path, 1).generator
+    with respx.mock(assert_all_mocked=True) as router:
+        route = router.post(f"{OPENAI}/chat/completions").mock(side_effect=lambda request: _error(500))
+        with pytest.raises(LLMUnavailableError, match="after 2 HTTP attempts"):
+            llm.complete("hi")
+        with pytest.raises(LLMUnavailableError, match="after 2 HTTP attempts"):
+            asyncio.run(llm.achat([ChatMessage(role="user", content="hi")]))
+        with pytest.raises(LLMUnavailableError, match="after 2 HTTP attempts"):
+            asyncio.run(llm.acomplete("hi"))
+    assert route.call_count == 6  # three calls, two attempts each
+
+
+@pytest.mark.timeout(60)
 def test_openai_transient_failures_within_the_bound_succeed(tmp_path: Path) -> None:
     llm = _openai(tmp_path, 2).generator
     replies = [_error(429), httpx.ReadTimeout("slow"), httpx.Response(200, json=_completion("fine"))]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import openai
-from llama_index.core.base.llms.types import ChatMessage, ChatResponse
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse
 from llama_index.core.bridge.pydantic import Field
 from llama_index.llms.openai import OpenAI
 
@@ -51,5 +51,17 @@ class BoundedRetryOpenAI(OpenAI):
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         try:
             return await super().achat(messages, **kwargs)
+        except openai.APIError as exc:
+            raise self._unavailable(exc) from exc
+
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        try:
+            return super().complete(prompt, formatted, **kwargs)
+        except openai.APIError as exc:
+            raise self._unavailable(exc) from exc
+
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        try:
+            return await super().acomplete(prompt, formatted, **kwargs)
         except openai.APIError as exc:
             raise self._unavailable(exc) from exc
