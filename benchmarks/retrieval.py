@@ -5,19 +5,25 @@ One run prints nDCG@10, R@10, R@100 for dense only, full-text only, hybrid
 then retrieve() latency p50/p95 at the SciFact size and at 200k+ synthetic
 chunks, each with a broad and with a selective (1%) ACL.
 
-    .venv/bin/python benchmarks/retrieval.py [--store-dir DIR] [--llm-queries 50] [--latency-chunks 200000]
+    .venv/bin/python benchmarks/retrieval.py [--store-dir DIR] [--llm-queries 50] [--rerank-queries 30]
+                                             [--latency-chunks 200000] [--skip-latency] [--rerank-only]
 
 ``--store-dir`` keeps the ingested SciFact store between runs (ingest takes minutes).
+``--rerank-only`` runs just hybrid vs hybrid + local LLM rerank on the first
+``--rerank-queries`` queries (the local LLM scores ~30 s per query on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import random
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from _common import SCIFACT, iter_scifact, temp_data_dir
@@ -50,9 +56,9 @@ def database(server_dsn: str, name: str, reset: bool = False) -> str:
     return psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
 
 
-def scifact_rag(server_dsn: str, data_dir: Path) -> EnterpriseRAG:
+def scifact_rag(server_dsn: str, data_dir: Path, **overrides: Any) -> EnterpriseRAG:
     dsn = database(server_dsn, "scifact")
-    rag = EnterpriseRAG(data_dir=data_dir, settings=load_settings(None, database={"dsn": dsn}))
+    rag = EnterpriseRAG(data_dir=data_dir, settings=load_settings(None, database={"dsn": dsn}, **overrides))
     if rag.status()["documents"] < 5183:
         docs = (text_document(f"scifact/{r['_id']}", r["title"], r["text"], {"document_id": r["_id"]})
                 for r in iter_scifact())  # fmt: skip
@@ -70,6 +76,55 @@ def doc_ranking(rag: EnterpriseRAG, options: RetrievalOptions, depth: int = 100)
         return [n.node.metadata["document_id"] for n in retriever.retrieve(question)]
 
     return retrieve
+
+
+FLAT = RetrievalOptions(mode="hybrid", merge=False, expand_section=False, rerank=False)
+
+
+class _Counter(logging.Handler):
+    """Counts rerank calls that failed and fell back to the fused order."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.getMessage().startswith("rerank call failed")
+
+
+def rerank_quality(rag: EnterpriseRAG, reranking: EnterpriseRAG, queries: int) -> None:
+    """hybrid vs hybrid + local LLM rerank of the fused head, on the same first ``queries`` queries."""
+    evalset = load_beir(SCIFACT)
+    ids = sorted(evalset.queries)
+    subset = evalset.subset(ids[:queries])
+    window = reranking.settings.reranker.llm_candidates
+    retriever = reranking.as_retriever(PUBLIC, top_k=5, options=replace(FLAT, rerank=True))
+    retriever.retrieve(evalset.queries[ids[-1]])  # warm-up: loads the model; a query outside the subset
+    failures = _Counter()
+    logging.getLogger("enterprise_rag.retrieval.llm_rerank").addHandler(failures)
+    runs = [
+        (f"hybrid, first {queries} queries", rag, FLAT),
+        (f"hybrid + LLM rerank of top {window}, first {queries}", reranking, replace(FLAT, rerank=True)),
+    ]
+    reports = []
+    print(f"\n{'method':48} {'nDCG@10':>8} {'R@10':>7} {'R@100':>7} {'p50 ms':>8} {'mean ms':>8}")
+    for name, instance, options in runs:
+        report = evaluate(doc_ranking(instance, options), subset, ks=(10, 100), name=name)
+        reports.append(report)
+        m = report.metrics
+        mean_ms = statistics.mean(r.latency_ms for r in report.per_query)
+        print(f"{name:48} {m['ndcg@10']:8.3f} {m['recall@10']:7.3f} {m['recall@100']:7.3f} "
+              f"{report.latency_p50_ms:8.1f} {mean_ms:8.1f}", flush=True)  # fmt: skip
+    base, reranked = ({r.query_id: r.metrics["ndcg@10"] for r in rep.per_query} for rep in reports)
+    better = sum(reranked[q] > base[q] + 1e-9 for q in base)
+    worse = sum(reranked[q] < base[q] - 1e-9 for q in base)
+    base_ms = {r.query_id: r.latency_ms for r in reports[0].per_query}
+    added = [r.latency_ms - base_ms[r.query_id] for r in reports[1].per_query]
+    same = len(base) - better - worse
+    print(f"rerank vs fused order per query (nDCG@10): better {better}, worse {worse}, same {same};"
+          f" rerank calls that fell back to the fused order: {failures.count}")  # fmt: skip
+    print(f"added latency per query: median {statistics.median(added):.0f} ms, mean {statistics.mean(added):.0f} ms,"
+          f" max {max(added):.0f} ms  ({_load()})")  # fmt: skip
 
 
 def quality(rag: EnterpriseRAG, llm_queries: int) -> None:
@@ -192,14 +247,23 @@ def main() -> None:
     parser.add_argument("--store-dir", type=Path, default=None)
     parser.add_argument("--llm-queries", type=int, default=50, help="queries for LLM stages (0 = skip)")
     parser.add_argument("--latency-chunks", type=int, default=200_000)
+    parser.add_argument("--rerank-queries", type=int, default=30, help="queries for the LLM rerank stage (0 = skip)")
     parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--rerank-only", action="store_true", help="of the quality stages, run only the rerank one")
+    parser.add_argument("--skip-latency", action="store_true")
     args = parser.parse_args()
     store_dir = args.store_dir or temp_data_dir("erag-bench-retrieval-")
     store_dir.mkdir(parents=True, exist_ok=True)
     server = start_embedded(store_dir)
     rag = scifact_rag(server, store_dir / "data")
     if not args.skip_quality:
-        quality(rag, args.llm_queries)
+        if not args.rerank_only:
+            quality(rag, args.llm_queries)
+        if args.rerank_queries:
+            reranking = scifact_rag(server, store_dir / "data", reranker={"provider": "llm"})
+            rerank_quality(rag, reranking, args.rerank_queries)
+    if args.skip_latency:
+        return
 
     questions = [q for q in load_beir(SCIFACT).queries.values()][:100]
     print(f"\nretrieve() latency, top_k=5, {len(questions)} SciFact questions, query embedding included")

@@ -96,11 +96,18 @@ class LocalModelSettings(_Section):
 
 
 class RerankerSettings(_Section):
-    provider: Literal["none", "cohere"] = Field("none", description="none keeps the fused order.")
+    provider: Literal["none", "cohere", "llm"] = Field(
+        "none", description="none keeps the fused order; cohere; llm scores the head with the grader LLM."
+    )
     model: str = Field("rerank-v3.5", description="Cohere rerank model.")
-    top_n: int = Field(6, ge=1, description="Passages kept after reranking.")
-    timeout_s: float = Field(30.0, gt=0, description="Seconds before one rerank request is abandoned.")
+    top_n: int = Field(6, ge=1, description="Passages kept after a Cohere rerank.")
+    timeout_s: float = Field(30.0, gt=0, description="Seconds before one Cohere request is abandoned.")
     api_key: SecretStr | None = Field(None, description="Cohere API key (else COHERE_API_KEY).")
+    llm_candidates: int = Field(
+        12, ge=1, description="llm: leading fused candidates scored; the rest keep their order."
+    )
+    llm_batch_size: int = Field(12, ge=1, description="llm: passages per scoring call.")
+    llm_passage_chars: int = Field(280, ge=50, description="llm: characters of each passage in the prompt.")
 
 
 _DOMAIN = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$")

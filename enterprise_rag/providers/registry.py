@@ -76,7 +76,7 @@ def _openai_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
     )
 
 
-def _cohere_reranker(s: RagSettings, data_dir: Path) -> Any:
+def _cohere_reranker(s: RagSettings, data_dir: Path, grader: Callable[[], LLM]) -> Any:
     require("llama_index.postprocessor.cohere_rerank", "cohere")
     key = _secret(s.reranker.api_key, "COHERE_API_KEY")
     if not key:
@@ -88,7 +88,17 @@ def _cohere_reranker(s: RagSettings, data_dir: Path) -> Any:
     )
 
 
-def _no_reranker(s: RagSettings, data_dir: Path) -> None:
+def _llm_reranker(s: RagSettings, data_dir: Path, grader: Callable[[], LLM]) -> Any:
+    from enterprise_rag.retrieval.llm_rerank import LLMPointwiseRerank
+
+    r = s.reranker
+    return LLMPointwiseRerank(
+        llm=grader(), candidates=r.llm_candidates, batch_size=r.llm_batch_size,
+        passage_chars=r.llm_passage_chars, timeout_s=s.llm.grader.timeout_s,
+    )  # fmt: skip
+
+
+def _no_reranker(s: RagSettings, data_dir: Path, grader: Callable[[], LLM]) -> None:
     return None
 
 
@@ -126,9 +136,11 @@ LLMS: dict[str, Callable[[LLMRoleSettings, RagSettings, Path], LLM]] = {
     "local": _local_llm,
     "openai": _openai_llm,
 }
-RERANKERS: dict[str, Callable[[RagSettings, Path], Any]] = {
+# Rerankers get the grader lazily: only the llm reranker builds (loads) it.
+RERANKERS: dict[str, Callable[[RagSettings, Path, Callable[[], LLM]], Any]] = {
     "none": _no_reranker,
     "cohere": _cohere_reranker,
+    "llm": _llm_reranker,
 }
 WEB_SEARCH: dict[str, Callable[[RagSettings, Path], WebSearch | None]] = {
     "disabled": _no_web,
@@ -185,7 +197,7 @@ class Providers:
     @property
     def reranker(self) -> Any:
         s = self.settings
-        return self._get("reranker", lambda: RERANKERS[s.reranker.provider](s, self.data_dir))
+        return self._get("reranker", lambda: RERANKERS[s.reranker.provider](s, self.data_dir, lambda: self.grader))
 
     @property
     def web_search(self) -> WebSearch | None:
@@ -210,7 +222,9 @@ class Providers:
             "embedding": f"{s.embedding.provider}:{s.embedding.model} ({s.embedding.dimensions}-d)",
             "generator": f"{s.llm.generator.provider}:{s.llm.generator.model}",
             "grader": f"{s.llm.grader.provider}:{s.llm.grader.model}",
-            "reranker": "none" if s.reranker.provider == "none" else f"{s.reranker.provider}:{s.reranker.model}",
+            "reranker": {"none": "none", "llm": f"llm:grader ({s.llm.grader.model})"}.get(
+                s.reranker.provider, f"{s.reranker.provider}:{s.reranker.model}"
+            ),
             "web_search": f"curated:{s.web_search.curated_dir}"
             if s.web_search.provider == "curated"
             else s.web_search.provider,
