@@ -40,6 +40,20 @@ class Principal:
         return [self.user_id] if self.user_id else []
 
 
+def storable_name(name: str) -> bool:
+    """Whether PostgreSQL text can hold ``name`` (no NUL byte, valid UTF-8).
+
+    No stored ACL or trace can contain a name that fails this, so such a name matches nothing.
+    """
+    if "\x00" in name:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates, e.g. from json.loads('"\\ud800"')
+        return False
+    return True
+
+
 def require_principal(user: object) -> Principal:
     """Return ``user`` if it is a :class:`Principal`; otherwise refuse (no principal is not 'everyone')."""
     if not isinstance(user, Principal):

@@ -195,7 +195,7 @@ def test_migration_backfills_an_existing_store(fresh_dsn: str, tmp_path: Path, e
         )
         conn.commit()
         assert conn.execute("SELECT to_regclass('rag_bm25_terms')").fetchone() == (None,)
-        assert apply_migrations(conn, 384) == ["0003_bm25.sql"]
+        assert apply_migrations(conn, 384)[:1] == ["0003_bm25.sql"]  # (later migrations follow it)
     _assert_exact(fresh_dsn, "after the backfill")
     with psycopg.connect(fresh_dsn) as conn:
         assert conn.execute("SELECT leaves FROM rag_bm25_stats").fetchone() == (4,)

@@ -27,10 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llama_index.core import VectorStoreIndex
-from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
-from pydantic import PrivateAttr
 
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
@@ -41,6 +39,7 @@ from enterprise_rag.retrieval.merging import expand_within_section, fetch_ancest
 from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions
 from enterprise_rag.store.vector_store import PgRagVectorStore
 from enterprise_rag.store.writer import PreparedDocument, vector_literal, write_documents
+from tests.acl_helpers import CachedQueryEmbedding, RecordingReranker, create_db, document_text, drop_db
 
 MODES = ("dense", "text", "hybrid")
 DEPTHS = (1, 5, 50)
@@ -125,58 +124,10 @@ for _name in ("nobody", "empty", "empty_group", "hostile_user", "alice_case", "a
     assert visible_keys(PRINCIPALS[_name]) == set(), _name
 
 
-def _document(key: str, marker: str) -> str:
-    """Two sections; the first is long enough to span sibling leaves of one parent."""
-    first = (
-        f"The {marker} handbook describes the quarterly policy procedure for the {key} team. Every {marker}"
-        f" request needs an approval from a manager before the budget deadline, and staff keep a written"
-        f" record of each {marker} decision with its reason, its date and the name of the approver."
-    )
-    second = (
-        f"Audits of the {marker} policy happen twice a year. The findings of each {marker} audit go to the"
-        f" review board, which publishes a summary for the {key} team and tracks every open action item"
-        f" until the owner closes it."
-    )
-    third = (
-        f"Exceptions to the {marker} procedure are rare: the head of the {key} team may grant one in writing,"
-        f" for at most ninety days, and every exception is listed in the next quarterly {marker} report"
-        f" together with the risk it carries and the date it ends."
-    )
-    return (
-        f"# {marker.title()} handbook\n\n## Overview of {marker}\n\n{first}\n\n{second}\n\n{third}\n\n"
-        f"## Details of {marker}\n\n{first}\n\n- first {marker} rule\n- second {marker} rule\n"
-    )
-
-
 ALL_MARKERS_QUESTION = "quarterly policy procedure handbook " + " ".join(MARKERS.values())
 
 
 # --- the corpus, ingested once per module ------------------------------------------------------------
-
-
-class CachedQueryEmbedding(BaseEmbedding):
-    """The real local model, with query embeddings memoised (the same questions are asked hundreds of times)."""
-
-    _inner: Any = PrivateAttr()
-    _cache: dict[str, list[float]] = PrivateAttr(default_factory=dict)
-
-    def __init__(self, inner: BaseEmbedding) -> None:
-        super().__init__(model_name=inner.model_name, embed_batch_size=inner.embed_batch_size)
-        self._inner = inner
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        if query not in self._cache:
-            self._cache[query] = self._inner.get_query_embedding(query)
-        return self._cache[query]
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._get_query_embedding(query)
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._inner.get_text_embedding(text)
-
-    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        return self._inner.get_text_embedding_batch(texts)
 
 
 @dataclass
@@ -192,22 +143,10 @@ class Corpus:
         return [self.key_of[n.node.metadata["document_id"]] for n in nodes]
 
 
-def _create_db(server_dsn: str, name: str) -> str:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
-
-
-def _drop_db(server_dsn: str, name: str) -> None:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 @pytest.fixture(scope="module")
 def corpus(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_model) -> Iterator[Corpus]:  # type: ignore[no-untyped-def]
     name = f"acl_corpus_{os.getpid()}"
-    dsn = _create_db(server_dsn, name)
+    dsn = create_db(server_dsn, name)
     root = tmp_path_factory.mktemp("acl_corpus")
     rag = EnterpriseRAG(
         data_dir=root / "data",
@@ -218,7 +157,7 @@ def corpus(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_mode
     docs.mkdir()
     for key, (marker, groups, users) in ACLS.items():
         path = docs / f"{key}.md"
-        path.write_text(_document(key, marker), encoding="utf-8")
+        path.write_text(document_text(key, marker), encoding="utf-8")
         report = rag.ingest([path], allowed_groups=groups, allowed_users=users)
         assert not report.failed, report.failed
     with psycopg.connect(dsn) as conn:
@@ -237,7 +176,7 @@ def corpus(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_mode
     assert all(len(ids) >= 3 for ids in found.nodes_of.values())
     yield found
     rag.close()
-    _drop_db(server_dsn, name)
+    drop_db(server_dsn, name)
 
 
 def _assert_only_visible(corpus: Corpus, p: Principal, nodes: list[NodeWithScore], where: str) -> set[str]:
@@ -384,21 +323,6 @@ def test_section_expansion_adds_nothing_for_a_principal_who_cannot_read_the_sect
         out = expand_within_section(conn, PRINCIPALS[outsider], theirs, 100_000)
     assert [h.text for h in out] == [h.text for h in theirs]
     assert not any(h.extra.get("expanded_with") for h in out)
-
-
-class RecordingReranker:
-    """A reranker that records what it was given (and reverses it, so its output is observably used)."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[NodeWithScore]] = []
-        self.queries: list[str] = []
-
-    def postprocess_nodes(
-        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
-    ) -> list[NodeWithScore]:
-        self.calls.append(list(nodes))
-        self.queries.append(query_bundle.query_str if query_bundle else "")
-        return list(reversed(nodes))
 
 
 @pytest.mark.parametrize("who", sorted(PRINCIPALS))
@@ -636,7 +560,7 @@ class Haystack:
 @pytest.fixture(scope="module")
 def haystack(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_model) -> Iterator[Haystack]:  # type: ignore[no-untyped-def]
     name = f"acl_hnsw_{os.getpid()}"
-    dsn = _create_db(server_dsn, name)
+    dsn = create_db(server_dsn, name)
     data_dir = tmp_path_factory.mktemp("hnsw") / "data"
     rag = EnterpriseRAG(data_dir=data_dir, settings=load_settings(None, database={"dsn": dsn}), embed_model=embed_model)
     rng = np.random.default_rng(20240611)
@@ -688,7 +612,7 @@ def haystack(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_mo
         )
     rag.close()
     yield Haystack(dsn, rare_docs, rare_vectors, data_dir)
-    _drop_db(server_dsn, name)
+    drop_db(server_dsn, name)
 
 
 # path -> (exact_scan_below, force the planner onto the HNSW index)

@@ -1,7 +1,9 @@
 """Dense + BM25 full-text search fused by reciprocal rank fusion, in one SQL statement.
 
 The ACL predicate sits in both halves (and again on the joined rows) with bound
-parameters; no user-supplied value is ever pasted into SQL.
+parameters; no user-supplied value is ever pasted into SQL. The statement runs as
+the row-level-security-bound reader role (:mod:`enterprise_rag.db.scoping`), a
+second wall that holds even if a predicate here were wrong.
 
 Each half has two branches and one InitPlan picks which runs, from per-ACL-name
 leaf counts (``rag_acl_leaf_counts``), without scanning:
@@ -29,7 +31,8 @@ from typing import Any, Literal
 import numpy as np
 import psycopg
 
-from enterprise_rag.principal import Principal
+from enterprise_rag.db.scoping import read_as
+from enterprise_rag.principal import Principal, storable_name
 from enterprise_rag.store.writer import vector_literal
 
 Mode = Literal["hybrid", "dense", "text"]
@@ -78,17 +81,6 @@ class SearchParams:
     bm25_max_postings: int = 200_000
 
 
-def _storable(name: str) -> bool:
-    """Whether PostgreSQL text can hold ``name`` (no NUL byte, valid UTF-8)."""
-    if "\x00" in name:
-        return False
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates, e.g. from json.loads('"\\ud800"')
-        return False
-    return True
-
-
 def acl_values(principal: Principal) -> dict[str, list[str]]:
     """The principal's groups and user ids as bound ACL parameters.
 
@@ -97,8 +89,8 @@ def acl_values(principal: Principal) -> dict[str, list[str]]:
     would only fail in the driver. Dropping a name never widens access.
     """
     return {
-        "groups": [g for g in principal.groups if _storable(g)],
-        "users": [u for u in principal.users if _storable(u)],
+        "groups": [g for g in principal.groups if storable_name(g)],
+        "users": [u for u in principal.users if storable_name(u)],
     }
 
 
@@ -317,7 +309,7 @@ def search(
         "wt": params.text_weight,
         "demote": params.superseded_factor,
     }
-    with conn.transaction():
+    with read_as(conn, principal):  # row-level security as the second wall (sql/0004_row_security.sql)
         # One statement of settings, local to this transaction: no parallel workers (a gated-off branch
         # would still start them), no JIT (compiling costs more than this query runs), memory for the
         # BM25 aggregate and sort, and for HNSW the iterative scan, so a selective ACL still yields n rows.

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from enterprise_rag.db.scoping import read_as
 from enterprise_rag.principal import Principal
 from enterprise_rag.retrieval.hybrid import ACL, Hit, acl_values
 
@@ -45,7 +46,8 @@ def fetch_ancestors(conn: psycopg.Connection, principal: Principal, parent_ids: 
     """Every ancestor of the given parents that the principal may read, in one query."""
     if not parent_ids:
         return {}
-    rows = conn.execute(_ANCESTORS_SQL, {"ids": parent_ids, **acl_values(principal)}).fetchall()
+    with read_as(conn, principal):
+        rows = conn.execute(_ANCESTORS_SQL, {"ids": parent_ids, **acl_values(principal)}).fetchall()
     return {r[0]: ParentRow(r[0], r[1], r[2], r[3], r[4], int(r[5])) for r in rows}
 
 
@@ -110,7 +112,8 @@ def expand_within_section(
     leaves = [h for h in hits if not h.extra.get("merged_from")]
     if budget_chars <= 0 or not leaves:
         return hits
-    rows = conn.execute(_SIBLINGS_SQL, {"ids": [h.node_id for h in leaves], **acl_values(principal)}).fetchall()
+    with read_as(conn, principal):
+        rows = conn.execute(_SIBLINGS_SQL, {"ids": [h.node_id for h in leaves], **acl_values(principal)}).fetchall()
     siblings: dict[str, list[tuple[str, int, str, list[int] | None]]] = {}
     for hit_id, node_id, position, text, pages in rows:
         siblings.setdefault(hit_id, []).append((node_id, position, text, pages))

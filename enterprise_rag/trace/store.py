@@ -16,13 +16,20 @@ from collections.abc import Callable
 from typing import Any
 
 from enterprise_rag.db import Database
-from enterprise_rag.principal import Principal
+from enterprise_rag.db.scoping import read_as
+from enterprise_rag.errors import PermissionDeniedError
+from enterprise_rag.principal import Principal, storable_name
 
 logger = logging.getLogger(__name__)
 
 
 def new_trace_id() -> str:
     return uuid.uuid4().hex
+
+
+def storable_text(text: str) -> str:
+    """``text`` with what PostgreSQL text and jsonb cannot hold (NUL bytes, unpaired surrogates) replaced."""
+    return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
 
 
 def _json(data: Any) -> str:
@@ -36,7 +43,14 @@ class TraceStore:
         self._db = db
 
     def start(self, trace_id: str, principal: Principal, question: str, history: list[dict[str, str]]) -> bool:
-        """Open a trace; returns False when it already exists (a resume) for this same user."""
+        """Open a trace; returns False when it already exists (a resume) for this same user.
+
+        A user id PostgreSQL cannot store cannot own a trace (a lossy copy could match another
+        user), so it is refused; group names it cannot store match nothing and are left out.
+        """
+        if not storable_name(principal.user_id):
+            raise PermissionDeniedError("this user id cannot own a trace: it holds a NUL byte or an unpaired surrogate")
+        groups = [g for g in principal.groups if storable_name(g)]
         with self._db.connection() as conn:
             row = conn.execute("SELECT user_id FROM rag_traces WHERE trace_id = %s", (trace_id,)).fetchone()
             if row is not None:
@@ -46,7 +60,7 @@ class TraceStore:
                 return False
             conn.execute(
                 "INSERT INTO rag_traces (trace_id, user_id, groups, question, history) VALUES (%s, %s, %s, %s, %s)",
-                (trace_id, principal.user_id, list(principal.groups), question, _json(history)),
+                (trace_id, principal.user_id, groups, storable_text(question), _json(history)),
             )
             return True
 
@@ -87,7 +101,9 @@ class TraceStore:
 
     def get(self, trace_id: str, principal: Principal) -> dict[str, Any] | None:
         """The whole trace, or None if it does not exist or belongs to another user."""
-        with self._db.connection() as conn:
+        if not storable_name(principal.user_id):
+            return None  # such an id owns no trace (see start)
+        with self._db.connection() as conn, read_as(conn, principal):
             row = conn.execute(
                 "SELECT trace_id, user_id, groups, question, history, status, result, error, created_at, finished_at"
                 " FROM rag_traces WHERE trace_id = %s AND user_id = %s",
@@ -112,7 +128,9 @@ class TraceStore:
         return trace
 
     def recent(self, principal: Principal, limit: int = 20) -> list[dict[str, Any]]:
-        with self._db.connection() as conn:
+        if not storable_name(principal.user_id):
+            return []
+        with self._db.connection() as conn, read_as(conn, principal):
             rows = conn.execute(
                 "SELECT trace_id, question, status, created_at FROM rag_traces WHERE user_id = %s"
                 " ORDER BY created_at DESC LIMIT %s",

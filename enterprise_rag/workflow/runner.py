@@ -15,7 +15,7 @@ from enterprise_rag.principal import Principal
 from enterprise_rag.providers.web_search import WebResult
 from enterprise_rag.retrieval.retriever import RetrievalResult
 from enterprise_rag.retrieval.transforms import History
-from enterprise_rag.trace.store import TraceRecorder, TraceStore, new_trace_id
+from enterprise_rag.trace.store import TraceRecorder, TraceStore, new_trace_id, storable_text
 from enterprise_rag.workflow.answer import AnswerWorkflow, RunState
 from enterprise_rag.workflow.llm_calls import LLMCaller
 
@@ -80,6 +80,9 @@ async def run_query(
 ) -> QueryResult:
     """Answer ``question`` for ``principal``; with the ``trace_id`` of an unfinished run, resume it."""
     cfg = rag.settings.workflow
+    # NUL bytes and unpaired surrogates would fail every trace write: replaced once, here
+    question = storable_text(question)
+    history = [{k: storable_text(str(v)) for k, v in turn.items()} for turn in history or []]
     trace_id = trace_id or new_trace_id()
     store = TraceStore(rag.db)
     store.start(trace_id, principal, question, list(history or []))

@@ -1,0 +1,163 @@
+"""What row-level security costs the retrieval hot path: the same searches with and without it.
+
+The store: 3,000 documents, each one parent chunk with 10 leaves (30,000 leaves) of words
+drawn from a 3,000-word vocabulary, random unit vectors; 99% of the documents readable by
+group ``common``, 1% by group ``rare``. Query vectors are fixed random vectors (no embedding
+model runs), so the figures are the database path only: ``search()`` (the one hybrid statement)
+and ``retrieve()`` (search, parent merging, section windows).
+
+Each path runs alternately as shipped (``read_as``: the reader role, policies of
+``sql/0004_row_security.sql``) and as the owner (what the code did before that migration: the
+same statements, our own ACL predicates only), so both see the same load on a shared machine.
+
+    .venv/bin/python benchmarks/rls_latency.py [--store-dir /tmp/erag-rls-bench] [--repeats 60]
+
+``--store-dir`` keeps the server and the store between runs (built only when missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import psycopg
+from llama_index.core.base.embeddings.base import BaseEmbedding
+
+from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.config import load_settings
+from enterprise_rag.db.embedded import start_embedded
+from enterprise_rag.db.scoping import read_as
+from enterprise_rag.ingest.model import Chunk
+from enterprise_rag.ingest.properties import DocumentRecord
+from enterprise_rag.retrieval import hybrid, merging
+from enterprise_rag.retrieval.hybrid import SearchParams, search
+from enterprise_rag.retrieval.retriever import RetrievalOptions
+from enterprise_rag.store.writer import PreparedDocument, write_documents
+
+DOCS, LEAVES_PER_DOC, DIM, VOCAB = 3000, 10, 384, 3000
+
+
+class HashedVectorEmbedding(BaseEmbedding):
+    """A deterministic random unit vector per text: no model, so only the database path is timed."""
+
+    def _vector(self, text: str) -> list[float]:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        v = np.random.default_rng(seed).standard_normal(DIM)
+        return (v / np.linalg.norm(v)).tolist()  # type: ignore[no-any-return]
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._vector(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._vector(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._vector(text)
+
+
+def _words(rng: np.random.Generator, n: int) -> list[str]:
+    return [f"w{int(i)}x" for i in rng.zipf(1.3, n) % VOCAB]
+
+
+def build_store(rag: EnterpriseRAG) -> None:
+    rng = np.random.default_rng(7)
+    docs: list[PreparedDocument] = []
+    for d in range(DOCS):
+        group = "rare" if d % 100 == 0 else "common"
+        doc_id = f"doc{d:05d}"
+        record = DocumentRecord(
+            document_id=doc_id, source=f"bench/{d:05d}.md", title=f"Doc {d}", version=None, status="current",
+            effective_date=None, content_hash=f"h{d}", allowed_groups=[group], allowed_users=[f"owner{d % 50}"],
+        )  # fmt: skip
+        parent = f"{doc_id}_p"
+        leaves = [" ".join(_words(rng, 40)) for _ in range(LEAVES_PER_DOC)]
+        doc = PreparedDocument(record=record, chunks=[Chunk(parent, 0, 0, "\n\n".join(leaves), "Doc")])
+        for j, text in enumerate(leaves):
+            node_id = f"{doc_id}_{j:02d}"
+            doc.chunks.append(Chunk(node_id, 1, j, text, "Doc", parent_id=parent, is_leaf=True))
+            doc.leaf_hashes[node_id] = f"{doc_id}l{j}"
+            v = rng.standard_normal(DIM)
+            doc.embeddings[f"{doc_id}l{j}"] = v / np.linalg.norm(v)
+        docs.append(doc)
+    with rag.db.connection() as conn:
+        for i in range(0, len(docs), 500):
+            write_documents(conn, docs[i : i + 500])
+        conn.execute("ANALYZE rag_nodes")
+
+
+@contextmanager
+def _as_owner(conn: psycopg.Connection, principal: Principal) -> Iterator[None]:
+    """The pre-RLS behaviour: a plain transaction as the connecting owner."""
+    with conn.transaction():
+        yield
+
+
+def _ab_ms(fn: Any, repeats: int) -> dict[str, tuple[float, float]]:
+    """p50 and p95 of ``fn`` with RLS and as the owner, alternating call by call."""
+    variants = {"rls": read_as, "owner": _as_owner}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(repeats + 1):
+        for name, scope in variants.items():
+            with mock.patch.object(hybrid, "read_as", scope), mock.patch.object(merging, "read_as", scope):
+                t0 = time.perf_counter()
+                fn(i)
+                if i:  # the first round warms up
+                    times[name].append((time.perf_counter() - t0) * 1000)
+    out = {}
+    for name, values in times.items():
+        values.sort()
+        out[name] = (statistics.median(values), values[int(0.95 * (len(values) - 1))])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store-dir", type=Path, default=Path("/tmp/erag-rls-bench"))
+    parser.add_argument("--repeats", type=int, default=60)
+    args = parser.parse_args()
+    server = start_embedded(args.store_dir)
+    with psycopg.connect(server, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'rls_bench'").fetchone():
+            conn.execute('CREATE DATABASE "rls_bench"')
+    dsn = psycopg.conninfo.make_conninfo(server, dbname="rls_bench")
+    embed = HashedVectorEmbedding(model_name="hashed")
+    rag = EnterpriseRAG(data_dir=args.store_dir, settings=load_settings(None, database={"dsn": dsn}), embed_model=embed)
+    if rag.status()["leaf_nodes"] < DOCS * LEAVES_PER_DOC:
+        build_store(rag)
+    with rag.db.connection() as conn:
+        migrations = [r[0] for r in conn.execute("SELECT filename FROM rag_migrations ORDER BY filename")]
+    print(f"store: {DOCS * LEAVES_PER_DOC} leaves; migrations applied: {', '.join(migrations)}")
+    rng = np.random.default_rng(11)
+    questions = [" ".join(_words(rng, 6)) for _ in range(args.repeats)]
+    vectors = [embed.get_query_embedding(q) for q in questions]
+    principals = {"broad (99%)": Principal("u1", ["common"]), "selective (1%)": Principal("u2", ["rare"])}
+    print(f"{'principal':<16} {'path':<22} {'p50 owner':>10} {'p50 RLS':>8} {'p95 owner':>10} {'p95 RLS':>8}")
+    for label, principal in principals.items():
+        runs: dict[str, Any] = {}
+        for mode in ("hybrid", "text", "dense"):
+            params = SearchParams(candidates=50)
+
+            def one_search(i: int, mode: Any = mode, params: SearchParams = params, p: Principal = principal) -> None:
+                with rag.db.connection() as conn:
+                    search(conn, p, questions[i % len(questions)], vectors[i % len(questions)], params, mode)
+
+            runs[f"search() {mode}"] = one_search
+        retriever = rag.as_retriever(principal, top_k=5, options=RetrievalOptions(mode="hybrid"))
+        runs["retrieve() hybrid k=5"] = lambda i, r=retriever: r.retrieve(questions[i % len(questions)])
+        for path, fn in runs.items():
+            got = _ab_ms(fn, args.repeats)
+            (o50, o95), (r50, r95) = got["owner"], got["rls"]
+            print(f"{label:<16} {path:<22} {o50:10.1f} {r50:8.1f} {o95:10.1f} {r95:8.1f}")
+    rag.close()
+
+
+if __name__ == "__main__":
+    main()
