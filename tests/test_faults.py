@@ -223,6 +223,24 @@ def test_malformed_json_then_valid_is_accepted(tmp_path: Path) -> None:
     assert got == {"answers": "no"} and caller.stats.failures == 1 and caller.stats.calls == 1
 
 
+@pytest.mark.timeout(60)
+def test_a_truncated_reply_is_retried_with_a_doubled_token_budget(tmp_path: Path) -> None:
+    """Unparsable JSON under a schema means the budget cut the reply off; repeating the same budget would too."""
+    llm = _openai(tmp_path, 0).generator
+    caller = LLMCaller({"generator": llm}, None, timeout_s=10, max_retries=2, backoff_s=0.01)
+    replies = [
+        httpx.Response(200, json=_completion('{"answers": "y')),  # cut off
+        httpx.Response(200, json=_completion('{"answers": "maybe"}')),  # parses, but off the schema
+        httpx.Response(200, json=_completion('{"answers": "yes"}')),
+    ]
+    with respx.mock(assert_all_mocked=True) as router:
+        route = router.post(f"{OPENAI}/chat/completions").mock(side_effect=replies)
+        got = caller.call("generator", "grade", [ChatMessage(role="user", content="q")], max_tokens=8, schema=GRADE)
+    bodies = [json.loads(c.request.content) for c in route.calls]
+    budgets = [b.get("max_completion_tokens") or b.get("max_tokens") for b in bodies]
+    assert got == {"answers": "yes"} and budgets == [8, 16, 16]
+
+
 # --- Cohere rerank: a request timeout from config, bounded retries --------------------------------
 def _nodes() -> list[NodeWithScore]:
     return [NodeWithScore(node=TextNode(text=f"passage {i}", id_=f"n{i}"), score=1.0) for i in range(3)]

@@ -122,9 +122,9 @@ class Grader:
         for pid, n in zip(ids, nodes, strict=True):
             crumb = n.node.metadata.get("breadcrumb") or n.node.metadata.get("title") or ""
             passages.append((pid, f"{crumb}\n{focus(question, n.node.get_content(), self._passage_chars)}".strip()))
-        try:
+        try:  # a small model pretty-prints: ~50 tokens per passage with an 80-character evidence
             reply = self._caller.call(
-                "grader", "grade", grade_messages(question, passages), max_tokens=40 * len(nodes) + 40,
+                "grader", "grade", grade_messages(question, passages), max_tokens=64 * len(nodes) + 32,
                 schema=grade_schema(list(ids)),
             )  # fmt: skip
         except LLMError as exc:

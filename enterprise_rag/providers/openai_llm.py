@@ -7,6 +7,9 @@ loop is off and only the SDK retries (429, 5xx, timeouts, refused connections,
 with its exponential backoff and ``retry-after``): ``max_retries + 1`` requests.
 What still fails is raised as :class:`LLMUnavailableError`, which the
 workflow's own retry loop does not multiply again.
+
+Stock also lets the instance's ``max_tokens`` override a per-call ``max_tokens``;
+here the call's budget wins, as it does for the local model.
 """
 
 from __future__ import annotations
@@ -36,6 +39,13 @@ class BoundedRetryOpenAI(OpenAI):
 
     def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
         return {**super()._get_credential_kwargs(is_async), "max_retries": self.http_max_retries}
+
+    def _get_model_kwargs(self, **kwargs: Any) -> dict[str, Any]:
+        model_kwargs = super()._get_model_kwargs(**kwargs)
+        if "max_tokens" in kwargs:
+            key = "max_completion_tokens" if "max_completion_tokens" in model_kwargs else "max_tokens"
+            model_kwargs[key] = kwargs["max_tokens"]
+        return model_kwargs
 
     def _unavailable(self, exc: openai.APIError) -> LLMUnavailableError:
         return LLMUnavailableError(

@@ -66,6 +66,10 @@ def check_schema(value: Any, schema: dict[str, Any], path: str = "$") -> None:
             check_schema(item, schema.get("items", {}), f"{path}[{i}]")
 
 
+class UnparsableJSONError(ValueError):
+    """A structured reply that is not JSON at all (usually truncated), as opposed to JSON off the schema."""
+
+
 class LLMCaller:
     """Calls the generator / grader roles for one query and accounts for them."""
 
@@ -118,6 +122,15 @@ class LLMCaller:
                 response = self._with_timeout(llm, messages, kwargs)
                 text = response.message.content or ""
                 parsed = self._parse(text, schema)
+            except UnparsableJSONError as exc:
+                # A schema-constrained reply that does not parse was cut off by the token budget:
+                # the same budget would cut it off again.
+                last = exc
+                self.stats.failures += 1
+                kwargs["max_tokens"] *= 2
+                logger.warning("LLM call %s attempt %d failed (budget now %d): %s", name, attempt + 1,
+                               kwargs["max_tokens"], exc)  # fmt: skip
+                continue
             except LLMUnavailableError as exc:  # the client already spent its retries: do not multiply them
                 self.stats.failures += 1
                 raise LLMError(f"LLM call '{name}' failed: {exc}") from exc
@@ -158,6 +171,6 @@ class LLMCaller:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"malformed JSON from the model: {exc}") from None
+            raise UnparsableJSONError(f"malformed JSON from the model: {exc}") from None
         check_schema(value, schema)
         return value
