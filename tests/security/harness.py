@@ -370,10 +370,15 @@ def web_rag(c: LeakCorpus, data_dir: Path, egress_groups: list[str]) -> Enterpri
 def check_web_gate(rag: EnterpriseRAG, calls: list[str], p: Principal, q: str, egress: set[str]) -> tuple[int, bool]:
     """(egress leaks, whether the web was used): a principal outside ``egress`` must send nothing out."""
     before = len(calls)
-    res = rag.query(q, user=p)
+    try:
+        used = bool(rag.query(q, user=p).pipeline["web_search_used"])
+    except PermissionDeniedError:
+        if storable_name(p.user_id):
+            raise
+        used = False  # refused before the workflow: a user id PostgreSQL cannot store cannot own a trace
     sent = len(calls) > before
     allowed = bool(egress & set(p.groups))
-    return int(sent and not allowed) + int(res.pipeline["web_search_used"] and not allowed), sent
+    return int(sent and not allowed) + int(used and not allowed), sent
 
 
 # --- delete / re-ingest race -------------------------------------------------------------------------------

@@ -135,6 +135,8 @@ def test_a_principal_in_an_egress_group_does_reach_the_web(
         assert sent and leaked == 0 and calls == ["https://api.tavily.com/search"]
         leaked, sent = harness.check_web_gate(rag, calls, Principal("w", ["all-staff"]), "leave policy", egress)
         assert not sent and leaked == 0
+        leaked, sent = harness.check_web_gate(rag, calls, Principal("w\x00", [sorted(egress)[0]]), "leave", egress)
+        assert not sent and leaked == 0  # refused before any search
 
 
 def test_readers_never_see_a_version_under_an_acl_they_do_not_hold_during_reingest_races(
