@@ -59,7 +59,7 @@ def test_show_result_prints_answer_citations_and_decision(
     fresh_dsn: str, tmp_path: Path, embed_model: Any, monkeypatch: Any
 ) -> None:
     _, res = _scripted_query(fresh_dsn, tmp_path, embed_model)
-    monkeypatch.setattr(out, "width", 300)
+    monkeypatch.setenv("COLUMNS", "300")  # read per call; setting out.width would outlive the test
     with out.capture() as captured:
         show_result(res)
     text = captured.get()
