@@ -241,7 +241,9 @@ class WorkflowSettings(_Section):
     refine_floor: float = Field(
         0.1, ge=-1, le=1, description="Strips below this similarity and sharing no word with the question are dropped."
     )
-    answer_max_tokens: int = Field(320, ge=32, description="Tokens for an answer.")
+    answer_max_tokens: int = Field(
+        640, ge=32, description="Tokens for an answer (a cap: a list answer cut off at 320 lost its last items)."
+    )
     check_max_tokens: int = Field(320, ge=32, description="Tokens for the support and usefulness check.")
     web_phrasings: int = Field(3, ge=1, le=5, description="Query phrasings searched on a full web fallback.")
     web_confidence_cap: float = Field(
