@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -396,17 +396,7 @@ def test_query_in_flight_when_the_server_stops_fails_clearly_then_the_next_works
         dsn = rag.db.dsn()
         blocker = psycopg.connect(dsn)
         blocker.execute("LOCK TABLE rag_nodes IN ACCESS EXCLUSIVE MODE")  # the next search waits inside the server
-        outcome: list[BaseException | None] = []
-
-        def search() -> None:
-            try:
-                rag.retrieve(QUESTION, user=ALICE)
-                outcome.append(None)
-            except BaseException as exc:
-                outcome.append(exc)
-
-        worker = threading.Thread(target=search)
-        worker.start()
+        worker, outcome = _in_background(lambda: rag.retrieve(QUESTION, user=ALICE))
         _wait_for(lambda: _waiting_on_lock(dsn), what="the search to wait on the lock")
         _restart(own_server)
         worker.join(60)
@@ -414,6 +404,22 @@ def test_query_in_flight_when_the_server_stops_fails_clearly_then_the_next_works
         assert len(outcome) == 1 and isinstance(outcome[0], StoreError), outcome
         assert "database error" in str(outcome[0])
         assert [n.node.node_id for n in rag.retrieve(QUESTION, user=ALICE)] == before
+
+
+def _in_background(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseException | None]]:
+    """Start ``call`` in a thread; the list receives None, or the exception it raised."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    return worker, outcome
 
 
 def _waiting_on_lock(dsn: str) -> bool:
@@ -441,17 +447,7 @@ def test_restart_mid_ingest_leaves_whole_documents_and_a_rerun_completes(
                 conn.execute("LOCK TABLE rag_documents IN EXCLUSIVE MODE")
                 held.append(conn)
 
-        outcome: list[BaseException | None] = []
-
-        def ingest() -> None:
-            try:
-                rag.ingest(folder, progress=lock_after_first_batch)
-                outcome.append(None)
-            except BaseException as exc:
-                outcome.append(exc)
-
-        worker = threading.Thread(target=ingest)
-        worker.start()
+        worker, outcome = _in_background(lambda: rag.ingest(folder, progress=lock_after_first_batch))
         _wait_for(lambda: _blocked_writer(dsn), what="the second batch to block in its write")
         _restart(own_server)
         worker.join(60)
