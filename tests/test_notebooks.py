@@ -15,6 +15,7 @@ import pytest
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb"))
+EXPECTED = ["01_quickstart", "02_permissions", "03_retrieval_quality", "04_inside_a_query"]
 WITH_PLOTS = {"03_retrieval_quality", "04_inside_a_query"}
 CELL_TIMEOUT_S = 900
 
@@ -25,6 +26,10 @@ def _notebook(stem: str) -> nbformat.NotebookNode:
 
 def _outputs(nb: nbformat.NotebookNode) -> list[dict]:  # type: ignore[type-arg]
     return [out for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])]
+
+
+def test_all_four_notebooks_are_there() -> None:
+    assert NOTEBOOKS == EXPECTED
 
 
 @pytest.mark.parametrize("stem", NOTEBOOKS)
