@@ -362,7 +362,8 @@ def test_augment_rewrites_up_to_the_cap_then_answers_from_partial_passages(make_
 
 def test_fallback_without_web_is_not_found_without_a_generation_call(make_rag: MakeRag) -> None:
     generator, grader = llms(grade=GRADE_NO)
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 1})
+    # the similarity guard off: every "no" stands (the guard has its own test below)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 1, "grade_keep_similarity": 1.01})
     res = rag.query(QUESTION, user=ALICE)
 
     assert res.answer == NOT_FOUND_ANSWER and res.citations == []
@@ -373,6 +374,23 @@ def test_fallback_without_web_is_not_found_without_a_generation_call(make_rag: M
     assert res.evaluation["sources"] == {"corpus": 0, "web": 0}
     assert res.evaluation["usefulness"]["label"] == "not_found"
     assert res.evaluation["confidence"] <= 0.5
+
+
+def test_grader_no_on_a_strong_dense_match_is_doubted_and_kept_as_partial(make_rag: MakeRag) -> None:
+    """A small grader answers "no" for the whole batch; the strong match still reaches the generator."""
+    generator, grader = llms(grade=GRADE_NO)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "grade_keep_similarity": 0.5})
+    res = rag.query(QUESTION, user=ALICE)
+
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    grades = step_data(trace, "grade")[-1]["grades"]
+    doubted = [g for g in grades if g["method"] == "similarity"]
+    assert doubted and all(g["grade"] == "partial" and "grader said no" in g["reason"] for g in doubted)
+    assert len(doubted) < len(grades)
+    assert all(g["grade"] == "no" for g in grades if g["method"] != "similarity")  # weak matches stay rejected
+    assert res.pipeline["decision"] == "augment" and generator.count("generate") == 1
+    assert FACT in res.answer and res.citations[0].source.endswith("vacation.md")
 
 
 def test_generator_not_found_is_treated_as_fallback(make_rag: MakeRag) -> None:

@@ -4,6 +4,12 @@ Passages whose dense similarity to the question is below a floor are rejected
 without a call; grades are cached by (question, passage content, model); a
 failed or incomplete grading call keeps the passages, marked ``ungraded``
 (fail-open: a grading outage must not hide the documents).
+
+A small grader model is unreliable in one direction above all: it answers
+"none"/"no" for every passage of a batch, the answering one included. A "no"
+on a passage whose dense similarity is at or above ``keep_similarity`` is
+therefore downgraded to ``partial`` (never upgraded to yes): the passage
+reaches the generator, which still says plainly when it holds no answer.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ class Grade:
     grade: GradeLabel
     reason: str
     confidence: float
-    method: Literal["llm", "cache", "floor", "fail-open"]
+    method: Literal["llm", "cache", "floor", "similarity", "fail-open"]
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -87,10 +93,13 @@ def _digest(text: str) -> str:
 
 
 class Grader:
-    def __init__(self, db: Database, caller: LLMCaller, *, floor: float, passage_chars: int) -> None:
+    def __init__(
+        self, db: Database, caller: LLMCaller, *, floor: float, keep_similarity: float, passage_chars: int
+    ) -> None:
         self._db = db
         self._caller = caller
         self._floor = floor
+        self._keep_similarity = keep_similarity
         self._passage_chars = passage_chars
 
     def grade(self, question: str, nodes: list[NodeWithScore]) -> list[Grade]:
@@ -114,7 +123,15 @@ class Grader:
             fresh = self._ask(question, pending)
             grades.update(fresh)
             self._store(qhash, model, [n for n in pending if grades[n.node.node_id].method == "llm"], grades)
-        return [grades[n.node.node_id] for n in nodes]
+        return [self._doubt_no(grades[n.node.node_id], n) for n in nodes]
+
+    def _doubt_no(self, grade: Grade, node: NodeWithScore) -> Grade:
+        """A grader "no" on a strong dense match becomes partial (see the module docstring)."""
+        similarity = node.node.metadata.get("similarity")
+        if grade.grade != "no" or grade.method == "floor" or similarity is None or similarity < self._keep_similarity:
+            return grade
+        reason = f"grader said no ({grade.reason}), but similarity {similarity:.2f} >= {self._keep_similarity:.2f}"
+        return Grade(grade.node_id, "partial", reason[:200], 0.4, "similarity")
 
     def _ask(self, question: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
         ids = {f"P{i}": n.node.node_id for i, n in enumerate(nodes, 1)}

@@ -224,9 +224,12 @@ class AnswerWorkflow(Workflow):
         return Refine()
 
     def _kept_nodes(self) -> list[NodeWithScore]:
-        """On proceed only passages graded yes; otherwise the partial and ungraded ones, best first."""
+        """Passages for the generator, best retrieval score first: on proceed those graded yes or partial
+        (a small grader often calls the answering passage partial and a neighbour yes); otherwise the
+        partial and ungraded ones."""
         s = self.s
-        wanted = {"yes"} if s.decision is not None and s.decision.decision == "proceed" else {"partial", "ungraded"}
+        proceed = s.decision is not None and s.decision.decision == "proceed"
+        wanted = {"yes", "partial"} if proceed else {"partial", "ungraded"}
         ranked = sorted(s.candidates.values(), key=lambda n: -(n.score or 0.0))
         kept = [n for n in ranked if n.node.node_id in s.grades and s.grades[n.node.node_id].grade in wanted]
         return kept[: self.cfg.max_sources]

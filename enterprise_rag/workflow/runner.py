@@ -40,7 +40,13 @@ class WorkflowDeps:
 
     def grader(self, caller: LLMCaller) -> Grader:
         cfg = self._rag.settings.workflow
-        return Grader(self._rag.db, caller, floor=cfg.grade_floor, passage_chars=cfg.grade_passage_chars)
+        return Grader(
+            self._rag.db,
+            caller,
+            floor=cfg.grade_floor,
+            keep_similarity=cfg.grade_keep_similarity,
+            passage_chars=cfg.grade_passage_chars,
+        )
 
     def egress_allows(self, principal: Principal) -> bool:
         return bool(self._rag.providers.egress_policy.allows(principal))
