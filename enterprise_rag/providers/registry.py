@@ -20,6 +20,7 @@ from llama_index.core.llms import LLM
 from enterprise_rag.config import LLMRoleSettings, RagSettings
 from enterprise_rag.errors import ConfigError
 from enterprise_rag.extras import require
+from enterprise_rag.providers.callbacks import scope_trace_map
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.model_files import require_model
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch, WebSearch
@@ -152,7 +153,9 @@ WEB_SEARCH: dict[str, Callable[[RagSettings, Path], WebSearch | None]] = {
 class Providers:
     """Lazily built, cached provider objects for one configuration.
 
-    Objects passed to the constructor (e.g. test fakes) win over the registry.
+    Objects passed to the constructor (e.g. test fakes) win over the registry. Each
+    object, built or passed, gets a trace map that does not grow with every call
+    (:mod:`enterprise_rag.providers.callbacks`): they live as long as the RAG does.
     """
 
     def __init__(
@@ -166,13 +169,14 @@ class Providers:
     ) -> None:
         self.settings = settings
         self.data_dir = data_dir
-        self._cache: dict[str, Any] = {"embed_model": embed_model, "generator": generator, "grader": grader}
+        injected = {"embed_model": embed_model, "generator": generator, "grader": grader}
+        self._cache: dict[str, Any] = {name: scope_trace_map(obj) for name, obj in injected.items()}
         self._lock = threading.RLock()
 
     def _get(self, name: str, build: Callable[[], Any]) -> Any:
         with self._lock:
             if self._cache.get(name) is None:
-                self._cache[name] = build()
+                self._cache[name] = scope_trace_map(build())
             return self._cache[name]
 
     @property
