@@ -16,6 +16,7 @@ keeps its setting until its next restart.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import warnings
@@ -109,6 +110,8 @@ def stop_embedded(data_dir: Path) -> bool:
     pgserver = _pgserver()
     server = pgserver.get_server(pgdata, cleanup_mode=None)
     server.stop()
+    # Forget the handle and its exit hook (the hook would look it up again and raise KeyError at exit).
+    atexit.unregister(server._cleanup)
     pgserver.PostgresServer._instances.pop(pgdata, None)
     return True
 
