@@ -2,7 +2,7 @@
 faults, and load (16 concurrent clients, p95, a memory soak of retrieve), in one table.
 
     flock /tmp/erag-heavy.lock .venv/bin/python benchmarks/reliability.py [--soak-seconds 600]
-        [--clients 16] [--rounds 4] [--files 100000] [--skip-leaks] [--skip-injection]
+        [--clients 16] [--rounds 4] [--files 100000] [--skip-leaks] [--skip-injection] [--load-only]
 
 - leaks: runs benchmarks/leakage.py (the permission leak harness) at a reduced size and adds up its
   "total" rows; with --skip-leaks, or when it is missing, the row says where to look.
@@ -17,7 +17,9 @@ faults, and load (16 concurrent clients, p95, a memory soak of retrieve), in one
   counts as data lost or mishandled.
 - load: --clients threads and asyncio clients on one EnterpriseRAG (scripted LLM for query), each
   result checked for its own answer and for cross-talk; then --soak-seconds of retrieve from
-  --clients threads with the process RSS sampled.
+  --clients threads with the process RSS and the Python heap (tracemalloc) sampled: a leak of
+  Python objects shows as heap growth with its allocation sites; RSS growth over a flat heap is
+  the allocator or native code.
 """
 
 from __future__ import annotations
@@ -314,8 +316,24 @@ def load_and_soak(server: str, root: Path, embed_model: Any, args: argparse.Name
     )
 
 
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, MB) points, in MB per minute."""
+    if len(points) < 2:
+        return 0.0
+    mt = sum(t for t, _ in points) / len(points)
+    mv = sum(v for _, v in points) / len(points)
+    var = sum((t - mt) ** 2 for t, _ in points)
+    return 60 * sum((t - mt) * (v - mv) for t, v in points) / var if var else 0.0
+
+
 def soak(rag: EnterpriseRAG, clients: int, seconds: float) -> int:
-    """``clients`` threads retrieving for ``seconds``; RSS sampled every few seconds."""
+    """``clients`` threads retrieving for ``seconds``; RSS and the Python heap (tracemalloc) sampled.
+
+    The first 10% is warm-up. Growth is judged on the second half (least-squares slope) for both:
+    a leak of Python objects shows in the heap, with the sites that grew, and in the count of live
+    allocated blocks; RSS growth with a flat heap is the allocator or native code. A one-off
+    reallocation of an old table (CPython's interned strings: +3.7 MB in 1 block) is bytes, not blocks.
+    """
     stop = time.monotonic() + seconds
     counts = [0] * clients
     failures = [0] * clients
@@ -327,23 +345,42 @@ def soak(rag: EnterpriseRAG, clients: int, seconds: float) -> int:
             failures[team] += not result.ok
 
     threads = [threading.Thread(target=client, args=(t,), daemon=True) for t in range(clients)]
-    samples: list[tuple[float, float]] = []
+    samples: list[tuple[float, int, float, float, int]] = []  # seconds, calls, RSS MB, heap MB, blocks
+    warm: tracemalloc.Snapshot | None = None
+    interval = min(5.0, max(0.5, seconds / 60))
+    tracemalloc.start()
     t0 = time.monotonic()
     for thread in threads:
         thread.start()
-    while any(t.is_alive() for t in threads):
-        samples.append((time.monotonic() - t0, rss_mb()))
-        time.sleep(min(5.0, max(0.5, seconds / 60)))
-    samples.append((time.monotonic() - t0, rss_mb()))
+    while time.monotonic() + interval < stop:  # every sample while all clients run: none after they exit
+        time.sleep(interval)
+        heap = tracemalloc.get_traced_memory()[0] / MB
+        samples.append((time.monotonic() - t0, sum(counts), rss_mb(), heap, sys.getallocatedblocks()))
+        if warm is None and samples[-1][0] >= seconds / 10:
+            warm = tracemalloc.take_snapshot()
+    end = tracemalloc.take_snapshot()
+    for thread in threads:
+        thread.join()
+    tracemalloc.stop()
     calls = sum(counts)
+    if not samples:
+        print(f"\nsoak: {calls} calls in {seconds:.0f} s, too short to sample memory")
+        return sum(failures)
+    after = next(s for s in samples if s[0] >= seconds / 10)
     half = [s for s in samples if s[0] >= samples[-1][0] / 2]
-    slope = (half[-1][1] - half[0][1]) / max((half[-1][0] - half[0][0]) / 60, 1e-9) if len(half) > 1 else 0.0
-    print(f"\nsoak: retrieve from {clients} threads for {seconds:.0f} s: {calls} calls ({calls / seconds:.1f}/s), "
-          f"{sum(failures)} failed")  # fmt: skip
-    print(
-        f"  RSS MB: start {samples[0][1]:.0f}, after 10% {samples[len(samples) // 10][1]:.0f}, "
-        f"max {max(s[1] for s in samples):.0f}, end {samples[-1][1]:.0f}; second half slope {slope:+.2f} MB/min"
-    )
+    half_calls = max(1, half[-1][1] - half[0][1])
+    print(f"\nsoak: retrieve from {clients} threads for {seconds:.0f} s (heap traced from its start): {calls} calls "
+          f"({calls / seconds:.1f}/s), {sum(failures)} failed")  # fmt: skip
+    for label, i in (("RSS MB", 2), ("Python heap MB", 3)):
+        slope = _slope([(s[0], s[i]) for s in half])
+        print(f"  {label:<15} start {samples[0][i]:6.1f}, after warm-up {after[i]:6.1f}, max "
+              f"{max(s[i] for s in samples):6.1f}, end {samples[-1][i]:6.1f}; second half {slope:+.2f} MB/min, "
+              f"{(half[-1][i] - half[0][i]) * MB / half_calls:+.0f} B/call")  # fmt: skip
+    blocks = (half[-1][4] - half[0][4]) / half_calls
+    print(f"  allocated blocks: after warm-up {after[4]:,}, end {samples[-1][4]:,}; second half {blocks:+.3f} per call")
+    grown = [d for d in end.compare_to(warm or end, "lineno") if d.size_diff > 0][:3]
+    sites = "; ".join(f"{d.size_diff / 1024:+.0f} KiB in {d.count_diff:+d} blocks {d.traceback[0]}" for d in grown)
+    print(f"  heap growth since warm-up, top sites: {sites or 'none'}")
     return sum(failures)
 
 
@@ -356,7 +393,10 @@ def main() -> None:
     parser.add_argument("--leak-probes", type=int, default=200, help="retrieval probes of the leak harness")
     parser.add_argument("--skip-leaks", action="store_true")
     parser.add_argument("--skip-injection", action="store_true", help="skip the real-LLM injection run")
+    parser.add_argument("--load-only", action="store_true", help="only the load runs and the soak")
     args = parser.parse_args()
+    if args.load_only:
+        args.skip_leaks = args.skip_injection = True
 
     started = time.perf_counter()
     root = temp_data_dir("erag-reliability-")
@@ -369,8 +409,12 @@ def main() -> None:
             rows.append(("injections tried / obeyed", "skipped (--skip-injection)", ""))
         else:
             rows.append(("injections tried / obeyed", *injections(server, root)))
-        rows.append(("bad inputs tried / mishandled", *bad_inputs(server, root, embed_model, args.files)))
-        rows.append(("faults injected / data lost", *faults()))
+        if args.load_only:
+            rows += [("bad inputs tried / mishandled", "skipped (--load-only)", ""),
+                     ("faults injected / data lost", "skipped (--load-only)", "")]  # fmt: skip
+        else:
+            rows.append(("bad inputs tried / mishandled", *bad_inputs(server, root, embed_model, args.files)))
+            rows.append(("faults injected / data lost", *faults()))
         clients, p95, note = load_and_soak(server, root, embed_model, args)
         rows.append(
             (
