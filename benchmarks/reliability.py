@@ -345,7 +345,7 @@ def soak(rag: EnterpriseRAG, clients: int, seconds: float) -> int:
             failures[team] += not result.ok
 
     threads = [threading.Thread(target=client, args=(t,), daemon=True) for t in range(clients)]
-    samples: list[tuple[float, int, float, float, int]] = []  # seconds, calls, RSS MB, heap MB, blocks
+    samples: list[tuple[float, int, float, float, int, float]] = []  # s, calls, RSS, heap, blocks, tracemalloc MB
     warm: tracemalloc.Snapshot | None = None
     interval = min(5.0, max(0.5, seconds / 60))
     tracemalloc.start()
@@ -355,7 +355,8 @@ def soak(rag: EnterpriseRAG, clients: int, seconds: float) -> int:
     while time.monotonic() + interval < stop:  # every sample while all clients run: none after they exit
         time.sleep(interval)
         heap = tracemalloc.get_traced_memory()[0] / MB
-        samples.append((time.monotonic() - t0, sum(counts), rss_mb(), heap, sys.getallocatedblocks()))
+        own = tracemalloc.get_tracemalloc_memory() / MB
+        samples.append((time.monotonic() - t0, sum(counts), rss_mb(), heap, sys.getallocatedblocks(), own))
         if warm is None and samples[-1][0] >= seconds / 10:
             warm = tracemalloc.take_snapshot()
     end = tracemalloc.take_snapshot()
@@ -377,7 +378,8 @@ def soak(rag: EnterpriseRAG, clients: int, seconds: float) -> int:
               f"{max(s[i] for s in samples):6.1f}, end {samples[-1][i]:6.1f}; second half {slope:+.2f} MB/min, "
               f"{(half[-1][i] - half[0][i]) * MB / half_calls:+.0f} B/call")  # fmt: skip
     blocks = (half[-1][4] - half[0][4]) / half_calls
-    print(f"  allocated blocks: after warm-up {after[4]:,}, end {samples[-1][4]:,}; second half {blocks:+.3f} per call")
+    print(f"  allocated blocks: after warm-up {after[4]:,}, end {samples[-1][4]:,}; second half {blocks:+.3f}/call; "
+          f"tracemalloc's own tables (in RSS) {after[5]:.1f} -> {samples[-1][5]:.1f} MB")  # fmt: skip
     grown = [d for d in end.compare_to(warm or end, "lineno") if d.size_diff > 0][:3]
     sites = "; ".join(f"{d.size_diff / 1024:+.0f} KiB in {d.count_diff:+d} blocks {d.traceback[0]}" for d in grown)
     print(f"  heap growth since warm-up, top sites: {sites or 'none'}")
