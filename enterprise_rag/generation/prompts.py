@@ -120,12 +120,15 @@ def user(task: str, body: str) -> ChatMessage:
 
 
 def generate_messages(sources: list[Source], question: str) -> list[ChatMessage]:
+    """The task line is short on purpose: the local 1.5B model answered "not found" to a source that
+    held the answer when told to "name every item, amount and deadline" (9 scenario questions with
+    their retrieved sources: content right in 8 with this line, 6 with that one)."""
     return [
         answer_system(sources),
         user(
             "generate",
-            f"Question: {question}\nAnswer completely: name every item, amount and deadline the question asks "
-            "for, with a citation after each sentence.",
+            f"Question: {question}\nAnswer from the sources with a citation after each sentence; "
+            "if the answer is a list, give every item.",
         ),
     ]
 
