@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from pydantic import PrivateAttr
@@ -31,19 +30,6 @@ def document_text(key: str, marker: str) -> str:
         f"# {marker.title()} handbook\n\n## Overview of {marker}\n\n{first}\n\n{second}\n\n{third}\n\n"
         f"## Details of {marker}\n\n{first}\n\n- first {marker} rule\n- second {marker} rule\n"
     )
-
-
-def create_db(server_dsn: str, name: str) -> str:
-    """A new empty database ``name`` on the server (dropped first if left over); its DSN."""
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
-
-
-def drop_db(server_dsn: str, name: str) -> None:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class CachedQueryEmbedding(BaseEmbedding):

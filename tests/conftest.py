@@ -7,12 +7,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from enterprise_rag import EnterpriseRAG
 from enterprise_rag.config import load_settings
 from enterprise_rag.db.embedded import start_embedded
+from tests.databases import create_db, drop_db
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -42,11 +42,8 @@ def server_dsn(server_dir: Path) -> Iterator[str]:
 def fresh_dsn(server_dsn: str) -> Iterator[str]:
     """DSN of a new, empty database on the session's server."""
     name = f"t_{next(_counter)}_{os_pid()}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    yield create_db(server_dsn, name)
+    drop_db(server_dsn, name)
 
 
 def os_pid() -> int:

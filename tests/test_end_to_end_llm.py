@@ -15,6 +15,7 @@ import pytest
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from tests.conftest import SCENARIOS
+from tests.databases import create_db
 from tests.scenario_matching import contains, is_not_found
 
 pytestmark = pytest.mark.slow
@@ -23,13 +24,9 @@ DANA = Principal("dana", ["all-staff"])
 
 @pytest.fixture(scope="module")
 def local_rag(server_dsn: str, embed_model: Any, model_data_dir: Path) -> Iterator[EnterpriseRAG]:
-    import psycopg
 
     name = "end_to_end_llm"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+    dsn = create_db(server_dsn, name)
     rag = EnterpriseRAG(data_dir=model_data_dir, settings=load_settings(None, database={"dsn": dsn}),
                         embed_model=embed_model)  # fmt: skip
     for path, groups in (("docs/compliance/kyc.md", ["all-staff"]), ("docs/hr/expenses.md", ["all-staff"])):

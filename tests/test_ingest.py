@@ -26,6 +26,7 @@ from enterprise_rag import EnterpriseRAG
 from enterprise_rag.config import load_settings
 from enterprise_rag.ingest.properties import document_id_for
 from tests.conftest import SCENARIOS
+from tests.databases import create_db, drop_db
 
 if not (SCENARIOS / "scenarios.yaml").is_file():
     pytest.skip("scenarios not available", allow_module_level=True)
@@ -101,18 +102,6 @@ def _copy_markdown(dest: Path, count: int | None = None) -> list[Path]:
     return copies
 
 
-def _make_database(server_dsn: str, name: str) -> str:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
-
-
-def _drop_database(server_dsn: str, name: str) -> None:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 # --- the scenario corpus, ingested once per module (tests below only read it) ---------------------
 
 
@@ -125,7 +114,7 @@ class Corpus:
 @pytest.fixture(scope="module")
 def corpus(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_model) -> Iterator[Corpus]:  # type: ignore[no-untyped-def]
     name = f"ingest_corpus_{os.getpid()}"
-    dsn = _make_database(server_dsn, name)
+    dsn = create_db(server_dsn, name)
     settings = load_settings(None, database={"dsn": dsn})
     rag = EnterpriseRAG(data_dir=tmp_path_factory.mktemp("corpus") / "data", settings=settings, embed_model=embed_model)
     for doc in DOCS:
@@ -134,7 +123,7 @@ def corpus(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_mode
         assert report.added == [_source(SCENARIOS / doc["path"])]
     yield Corpus(rag, dsn)
     rag.close()
-    _drop_database(server_dsn, name)
+    drop_db(server_dsn, name)
 
 
 def test_every_scenario_document_carries_its_acl(corpus: Corpus) -> None:

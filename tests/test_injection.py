@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from enterprise_rag import EnterpriseRAG, Principal
@@ -22,6 +21,7 @@ from enterprise_rag.generation import prompts
 from enterprise_rag.generation.untrusted import fence
 from enterprise_rag.testing import ScriptedLLM
 from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, CONFIDENTIAL_MARKER, InjectionCase
+from tests.databases import create_db, drop_db
 from tests.test_workflow import CHECK_OK, GRADE_NO, answer_with, grade_yes_if, sentence_with, sources_in
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
@@ -64,19 +64,12 @@ def _write(folder: Path, planted: bool) -> Path:
     return folder
 
 
-def _database(server_dsn: str, name: str) -> str:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
-
-
 @pytest.fixture(scope="module")
 def corpora(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_model: Any) -> Iterator[dict[str, Any]]:
     """Two stores: the planted documents, and the same documents without the injected paragraphs."""
     out: dict[str, Any] = {}
     for kind in ("planted", "clean"):
-        dsn = _database(server_dsn, f"injection_{kind}")
+        dsn = create_db(server_dsn, f"injection_{kind}")
         tmp = tmp_path_factory.mktemp(kind)
         settings = load_settings(None, database={"dsn": dsn})
         with EnterpriseRAG(data_dir=tmp / "data", settings=settings, embed_model=embed_model) as rag:
@@ -91,8 +84,7 @@ def corpora(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_mod
         out[kind] = {"dsn": dsn, "data": tmp / "data", "curated": curated}
     yield out
     for kind in ("planted", "clean"):
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "injection_{kind}" WITH (FORCE)')
+        drop_db(server_dsn, f"injection_{kind}")
 
 
 def _rag(store: dict[str, Any], embed_model: Any, generator: ScriptedLLM, grader: ScriptedLLM) -> EnterpriseRAG:

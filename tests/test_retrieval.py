@@ -28,6 +28,7 @@ from enterprise_rag.config import load_settings
 from enterprise_rag.retrieval.hybrid import Hit, SearchParams, query_words, search
 from enterprise_rag.retrieval.merging import ParentRow, auto_merge
 from enterprise_rag.retrieval.retriever import RetrievalOptions, fuse_rankings
+from tests.databases import create_db, drop_db
 
 MODES = ("dense", "text", "hybrid")
 
@@ -92,10 +93,7 @@ FINANCE = Principal("fiona", ["staff", "finance"])
 @pytest.fixture(scope="module")
 def corpus(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_model) -> Iterator[Corpus]:  # type: ignore[no-untyped-def]
     name = f"retrieval_{os.getpid()}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+    dsn = create_db(server_dsn, name)
     root = tmp_path_factory.mktemp("retrieval")
     rag = EnterpriseRAG(
         data_dir=root / "data", settings=load_settings(None, database={"dsn": dsn}), embed_model=embed_model
@@ -121,8 +119,7 @@ def corpus(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_mode
     assert set(ids) == {"current", "superseded", "secret", "guide"}
     yield Corpus(rag, dsn, root, ids)
     rag.close()
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_db(server_dsn, name)
 
 
 def _ids(nodes: list[NodeWithScore]) -> list[str]:

@@ -39,7 +39,8 @@ from enterprise_rag.retrieval.merging import expand_within_section, fetch_ancest
 from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions
 from enterprise_rag.store.vector_store import PgRagVectorStore
 from enterprise_rag.store.writer import PreparedDocument, vector_literal, write_documents
-from tests.acl_helpers import CachedQueryEmbedding, RecordingReranker, create_db, document_text, drop_db
+from tests.acl_helpers import CachedQueryEmbedding, RecordingReranker, document_text
+from tests.databases import create_db, drop_db
 
 MODES = ("dense", "text", "hybrid")
 DEPTHS = (1, 5, 50)

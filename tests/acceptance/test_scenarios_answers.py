@@ -6,13 +6,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import yaml
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from tests.conftest import SCENARIOS
+from tests.databases import create_db
 from tests.scenario_matching import answer_failures
 
 if not (SCENARIOS / "scenarios.yaml").is_file():
@@ -26,10 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.answers]
 @pytest.fixture(scope="module")
 def answer_rag(server_dsn: str, embed_model, model_data_dir: Path) -> Iterator[EnterpriseRAG]:  # type: ignore[no-untyped-def]
     name = "scenarios_answers"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+    dsn = create_db(server_dsn, name)
     rag = EnterpriseRAG(data_dir=model_data_dir, settings=load_settings(None, database={"dsn": dsn}),
                         embed_model=embed_model)  # fmt: skip
     for doc in SUITE["documents"]:

@@ -12,6 +12,7 @@ import yaml
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from tests.conftest import SCENARIOS
+from tests.databases import create_db
 from tests.scenario_matching import contains, source_matches
 
 if not (SCENARIOS / "scenarios.yaml").is_file():
@@ -23,13 +24,9 @@ CASES = [c for c in SUITE["cases"] if c["kind"] in ("retrieval", "both")]
 
 @pytest.fixture(scope="module")
 def scenario_rag(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_model) -> Iterator[EnterpriseRAG]:  # type: ignore[no-untyped-def]
-    import psycopg
 
     name = "scenarios_retrieval"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+    dsn = create_db(server_dsn, name)
     data_dir = Path("/tmp") / f"erag-scenarios-{tmp_path_factory.getbasetemp().name}"
     rag = EnterpriseRAG(data_dir=data_dir, settings=load_settings(None, database={"dsn": dsn}), embed_model=embed_model)
     for doc in SUITE["documents"]:

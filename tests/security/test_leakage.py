@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.trace.store import TraceStore
-from tests.acl_helpers import create_db, drop_db
+from tests.databases import create_db, drop_db
 from tests.security import harness
 from tests.security.harness import LeakCorpus
 

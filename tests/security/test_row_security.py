@@ -78,7 +78,7 @@ class Store:
 
 @pytest.fixture(scope="module")
 def store(server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    from tests.acl_helpers import create_db, drop_db
+    from tests.databases import create_db, drop_db
 
     name = "rls_store"
     dsn = create_db(server_dsn, name)
