@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import logging
 import re
 import sys
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
 from enterprise_rag.config import ENV_PREFIX, RagSettings
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
@@ -155,16 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="Markdown file to write.")
     parser.add_argument("--check", action="store_true", help="Exit 1 if the file differs from the generated text.")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     text = render()
     if args.check:
         current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
         if current != text:
-            print(f"{args.output} is stale: run python -m enterprise_rag.config_reference", file=sys.stderr)
+            logger.error("%s is stale: run python -m enterprise_rag.config_reference", args.output)
             return 1
         return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text, encoding="utf-8")
-    print(f"wrote {args.output} ({len(all_rows())} settings)")
+    logger.info("wrote %s (%d settings)", args.output, len(all_rows()))
     return 0
 
 
