@@ -139,7 +139,7 @@ def render() -> str:
         "",
         "```bash",
         f"export {ENV_PREFIX}RETRIEVAL__TOP_K=8            # the same as retrieval.top_k: 8",
-        f'export {ENV_PREFIX}WEB_SEARCH__EGRESS_GROUPS=\'["research"]\'   # lists and mappings as JSON',
+        f"export {ENV_PREFIX}WEB_SEARCH__EGRESS_GROUPS='[\"research\"]'   # lists and mappings as JSON",
         "```",
         "",
     ]

@@ -9,6 +9,7 @@ from enterprise_rag.validation import (
     CitationReport,
     check_citations,
     cited_labels,
+    drop_uncited,
     normalise,
     split_sentences,
     strip_citations,
@@ -260,3 +261,13 @@ def test_attribution_adds_the_label_of_the_source_a_sentence_was_copied_from() -
     assert none == 0 and "[S" not in untouched
     kept, zero = attribute_citations("The VPN needs a hardware key [S2].", sources)
     assert zero == 0 and kept == "The VPN needs a hardware key [S2]."
+
+
+def test_drop_uncited_removes_only_the_uncited_sentences() -> None:
+    sources = {"S1": "The fix is to rotate the signing key."}
+    answer = "Rotate the signing key. [S1] This is a common cause of the error. Then retry the call. [S1]"
+    report = check_citations(answer, sources)
+    assert [i.kind for i in report.issues] == ["uncited_sentence"]
+    kept = drop_uncited(answer, report)
+    assert kept == "Rotate the signing key. [S1] Then retry the call. [S1]"
+    assert check_citations(kept, sources).ok

@@ -207,8 +207,11 @@ def make_rag(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> Iterator[MakeR
 def llms(
     grade: Any = None, generate: Any = None, check: Any = CHECK_OK, **more: Any
 ) -> tuple[ScriptedLLM, ScriptedLLM]:
-    """(generator, grader) with the usual handlers; ``more`` adds grader tasks (rewrite, standalone) and revise."""
-    gen_handlers = {"generate": generate or answer_with(FACT), "revise": more.pop("revise", answer_with(FACT))}
+    """(generator, grader) with the usual handlers; ``more`` adds grader tasks (rewrite, standalone), revise and
+    reconsider (the second opinion; by default the generate handler)."""
+    generate = generate or answer_with(FACT)
+    gen_handlers = {"generate": generate, "revise": more.pop("revise", answer_with(FACT)),
+                    "reconsider": more.pop("reconsider", generate)}  # fmt: skip
     grader_handlers = {"grade": grade or grade_yes_if(FACT), "check": check,
                        "rewrite": "paid vacation days per calendar year", **more}  # fmt: skip
     return ScriptedLLM(gen_handlers), ScriptedLLM(grader_handlers)
@@ -408,6 +411,62 @@ def test_rewrites_that_find_the_same_sources_do_not_generate_again(make_rag: Mak
     res = rag.query(QUESTION, user=ALICE)
     assert res.pipeline["not_found"] is True and res.pipeline["query_rewrites"] == 2
     assert generator.count("generate") == 1  # both rewrites retrieved the same passages
+
+
+def test_second_opinion_after_not_found_is_kept_when_every_check_passes(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=answer_with(FACT))
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
+    res = rag.query(QUESTION, user=ALICE)
+    assert FACT in res.answer and res.citations and res.pipeline["not_found"] is False
+    assert generator.count("generate") == 1 and generator.count("reconsider") == 1
+    # no not-found exit in the second opinion's rules, and the check shares that prefix
+    reconsider_system = generator.calls[-1][1][0].content
+    assert NOT_FOUND_ANSWER not in reconsider_system
+    assert grader.calls[-1][0] == "check" and grader.calls[-1][1][0].content == reconsider_system
+
+
+def test_second_opinion_loses_its_uncited_padding_instead_of_a_revision(make_rag: MakeRag) -> None:
+    def padded(messages: list[Any], kwargs: dict[str, Any]) -> str:
+        return f"{answer_with(FACT)(messages, kwargs)} That is widely considered a generous allowance."
+
+    generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=padded)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
+    res = rag.query(QUESTION, user=ALICE)
+    assert FACT in res.answer and "generous" not in res.answer and generator.count("revise") == 0
+
+
+@pytest.mark.parametrize(
+    ("reconsider", "check"),
+    [
+        ("Employees get 45 days of paid vacation per calendar year. [S1]", CHECK_OK),  # a number in no source
+        ("Every employee receives paid vacation. [S7]", CHECK_OK),  # a citation of no source
+        (answer_with(FACT), check_reply(supported=False)),
+        (answer_with(FACT), check_reply(answers=False)),
+    ],
+    ids=["invented-number", "unknown-label", "unsupported", "not-useful"],
+)
+def test_second_opinion_failing_a_check_is_dropped_unrevised(make_rag: MakeRag, reconsider: Any, check: Any) -> None:
+    generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=reconsider, check=check)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
+    res = rag.query(QUESTION, user=ALICE)
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
+    assert not res.pipeline["flagged_for_review"]
+    assert generator.count("reconsider") == 1 and generator.count("revise") == 0
+
+
+def test_no_second_opinion_when_no_kept_passage_was_judged_relevant(make_rag: MakeRag) -> None:
+    generator, grader = llms(grade=failing(LLMError("grader down")), generate=NOT_FOUND_ANSWER)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
+    res = rag.query(QUESTION, user=ALICE)  # fail-open: passages kept, but ungraded is no evidence
+    assert res.pipeline["not_found"] is True and generator.count("generate") == 1
+    assert generator.count("reconsider") == 0
+
+
+def test_second_opinion_can_be_turned_off(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=answer_with(FACT))
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "second_opinion": False})
+    assert rag.query(QUESTION, user=ALICE).pipeline["not_found"] is True
+    assert generator.count("reconsider") == 0
 
 
 def test_uncited_answer_is_revised_once(make_rag: MakeRag) -> None:

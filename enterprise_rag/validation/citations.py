@@ -171,6 +171,14 @@ def _unique(labels: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(labels))
 
 
+def drop_uncited(answer: str, report: CitationReport) -> str:
+    """The answer without its uncited sentences (for a draft that may not be revised)."""
+    for issue in report.issues:
+        if issue.kind == "uncited_sentence":
+            answer = answer.replace(issue.sentence, "", 1)
+    return "\n".join(re.sub(r"[ \t]{2,}", " ", line).strip() for line in answer.split("\n")).strip()
+
+
 def cited_labels(text: str) -> list[str]:
     """Distinct labels ('S1', ...) in order of first use."""
     return _unique(label for m in CITATION.finditer(text) for label in _expand(m.group()))

@@ -7,6 +7,13 @@ Every loop has a cap; every step writes what it did into the trace. Grading
 fails open (passages kept, ungraded); the support check fails closed (the
 answer is flagged). With no passage left, the not-found answer is returned
 without a generation call.
+
+"Not found" is gated in code, not taken from the model: when the generator
+finds nothing in passages the grader judged relevant, it is asked once more,
+told the answer is there (a second opinion). That draft has no not-found exit,
+so it is kept only if it passes every check unrevised (its uncited sentences
+are dropped): citations, numbers all found in the sources, support and
+usefulness; otherwise the first verdict stands.
 """
 
 from __future__ import annotations
@@ -30,7 +37,14 @@ from enterprise_rag.generation.prompts import NOT_FOUND_ANSWER, Source
 from enterprise_rag.principal import Principal
 from enterprise_rag.retrieval.transforms import _STANDALONE, History, history_text
 from enterprise_rag.validation.attribution import attribute_citations
-from enterprise_rag.validation.citations import NOT_FOUND_PHRASES, check_citations, cited_labels, normalise
+from enterprise_rag.validation.citations import (
+    NOT_FOUND_PHRASES,
+    check_citations,
+    cited_labels,
+    drop_uncited,
+    normalise,
+)
+from enterprise_rag.validation.numbers import invented_numbers
 from enterprise_rag.validation.support import NOT_APPLICABLE, UNKNOWN, SupportVerdict, verdict_from_check
 from enterprise_rag.workflow.llm_calls import LLMCaller
 from enterprise_rag.workflow.outcome import Outcome
@@ -99,6 +113,8 @@ class RunState:
     retrieval_used: bool = True
     basis: frozenset[str] = frozenset()  # ids of the sources of the current draft
     not_found_from: list[frozenset[str]] = field(default_factory=list)  # source sets with no answer in them
+    second_opinion: bool = False  # the current draft is the second opinion (see the module docstring)
+    second_opinion_asked: bool = False  # at most one per query
 
 
 class AnswerWorkflow(Workflow):
@@ -262,13 +278,15 @@ class AnswerWorkflow(Workflow):
         s = self.s
         question = s.query if s.history else s.question
         if ev.feedback:
-            messages = prompts.revise_messages(s.sources, question, s.answer, ev.feedback)
+            name, messages = "revise", prompts.revise_messages(s.sources, question, s.answer, ev.feedback)
         else:
-            messages = prompts.generate_messages(s.sources, question)
-        answer = str(await self.caller.acall("generator", "revise" if ev.feedback else "generate", messages,
-                                             max_tokens=self.cfg.answer_max_tokens)).strip()  # fmt: skip
+            name = "reconsider" if s.second_opinion else "generate"
+            messages = prompts.generate_messages(s.sources, question, answer_known=s.second_opinion)
+        reply = await self.caller.acall("generator", name, messages, max_tokens=self.cfg.answer_max_tokens)
+        answer = str(reply).strip()
         s.answer = answer
-        self._trace("generate", t0, revision=bool(ev.feedback), feedback=ev.feedback, answer=answer)
+        self._trace("generate", t0, revision=bool(ev.feedback), second_opinion=s.second_opinion, feedback=ev.feedback,
+                    answer=answer)  # fmt: skip
         return Drafted(answer=answer)
 
     # -- 10. citation check in code
@@ -277,6 +295,12 @@ class AnswerWorkflow(Workflow):
         t0 = time.perf_counter()
         s = self.s
         if _is_not_found(ev.answer) and not cited_labels(ev.answer):
+            if self._second_opinion_due():
+                s.second_opinion = s.second_opinion_asked = True
+                self._trace(
+                    "citations", t0, not_found=True, second_opinion="asked: the grader judged a passage relevant"
+                )
+                return Generate()
             # The generator is the last relevance judge: no answer in the kept sources is a fallback.
             self._trace("citations", t0, not_found=True)
             return self._generator_found_nothing()
@@ -284,15 +308,30 @@ class AnswerWorkflow(Workflow):
         answer, attributed = attribute_citations(ev.answer, texts)
         s.answer = answer
         report = check_citations(answer, texts)
-        self._trace("citations", t0, ok=report.ok, attributed_in_code=attributed,
+        if s.second_opinion and report.cited_labels:  # told the answer is there, the model pads: drop, not revise
+            answer = s.answer = drop_uncited(answer, report)
+            report = check_citations(answer, texts)
+        invented = invented_numbers(answer, [*texts.values(), s.question, s.query]) if s.second_opinion else []
+        self._trace("citations", t0, ok=report.ok, attributed_in_code=attributed, invented_numbers=invented,
                     issues=[(i.kind, i.detail) for i in report.issues])  # fmt: skip
+        if s.second_opinion and (not report.ok or invented):
+            return self._generator_found_nothing()  # a second opinion is never revised: the first verdict stands
         if not report.ok and s.citation_revisions < self.cfg.max_citation_revisions:
             s.citation_revisions += 1
             return Generate(feedback=report.feedback())
         return CitationsChecked(answer=answer)
 
+    def _second_opinion_due(self) -> bool:
+        """The generator found nothing, but the grader judged a kept passage relevant (yes or partial)."""
+        s = self.s
+        if not self.cfg.second_opinion or s.second_opinion_asked:
+            return False
+        grades = [s.grades.get(x.node_id) for x in s.sources if x.kind == "corpus"]
+        return any(g is not None and g.grade in ("yes", "partial") for g in grades)
+
     def _generator_found_nothing(self) -> Rewrite | WebFallback | StopEvent:
         s = self.s
+        s.second_opinion = False
         if s.basis not in s.not_found_from:
             s.not_found_from.append(s.basis)
         s.decision = DecisionResult("fallback", True, min(s.decision.relevance if s.decision else 0.0, 0.3),
@@ -305,7 +344,7 @@ class AnswerWorkflow(Workflow):
 
     # -- 11-12. support (claim level) and usefulness, one grader call sharing the generation prefix
     @step
-    async def check(self, ev: CitationsChecked) -> Generate | Rewrite | StopEvent:
+    async def check(self, ev: CitationsChecked) -> Generate | Rewrite | WebFallback | StopEvent:
         t0 = time.perf_counter()
         s = self.s
         question = s.query if s.history else s.question
@@ -313,7 +352,7 @@ class AnswerWorkflow(Workflow):
             reply = await self.caller.acall(
                 "grader",
                 "check",
-                prompts.check_messages(s.sources, question, ev.answer),
+                prompts.check_messages(s.sources, question, ev.answer, answer_known=s.second_opinion),
                 max_tokens=self.cfg.check_max_tokens,
                 schema=prompts.CHECK_SCHEMA,
             )
@@ -323,6 +362,8 @@ class AnswerWorkflow(Workflow):
         threshold = self.cfg.web_support_threshold if s.web_used else self.cfg.support_threshold
         self._trace("check", t0, support=s.verdict.to_support_dict(), usefulness=s.verdict.to_usefulness_dict(),
                     threshold=threshold)  # fmt: skip
+        if s.second_opinion and not (s.verdict.passed(threshold) and s.verdict.answers_question):
+            return self._generator_found_nothing()
         if not s.verdict.passed(threshold):
             if s.verdict.label != "unknown" and s.hallucination_retries < self.cfg.max_hallucination_retries:
                 s.hallucination_retries += 1
