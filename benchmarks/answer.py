@@ -44,6 +44,14 @@ def path_of(pipeline: dict[str, Any]) -> str:
     return "proceed"
 
 
+def second_opinion(rag: EnterpriseRAG, trace_id: str, user: Principal, not_found: bool) -> str:
+    """'kept' / 'dropped' when the generator was asked for a second opinion after a not-found, else '-'."""
+    trace = rag.trace(trace_id, user) or {"steps": []}
+    if not any(s["step"] == "generate" and s["data"].get("second_opinion") for s in trace["steps"]):
+        return "-"
+    return "dropped" if not_found else "kept"
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
@@ -128,6 +136,7 @@ def main() -> None:
         rag.providers.generator.complete("Say OK.", max_tokens=2)  # load the model before timing
         by_path: dict[str, list[dict[str, Any]]] = defaultdict(list)
         seconds, failed = [], []
+        second_opinions: dict[str, int] = defaultdict(int)
         for case in [] if args.comparisons_only else cases:
             user = Principal(case["user"]["user_id"], case["user"]["groups"])
             t0 = time.perf_counter()
@@ -136,13 +145,19 @@ def main() -> None:
             p = res.pipeline
             by_path[path_of(p)].append(p)
             failures = answer_failures(case, res.answer, p, [c.source for c in res.citations])
+            second = second_opinion(rag, res.trace_id, user, bool(p.get("not_found")))
+            second_opinions[second] += 1
             if failures:
                 failed.append((case["id"], failures, res.answer))
             print(f"  {case['id']:38} {'ok  ' if not failures else 'FAIL'} {path_of(p):9} {p['decision']:8} "
+                  f"2nd {second:7} "
                   f"calls {p['llm_calls']:2}  tokens {p['prompt_tokens']:5}+{p['completion_tokens']:4}  "
                   f"{seconds[-1]:6.1f} s", flush=True)  # fmt: skip
         if seconds:
-            print(f"\nscenario answer expectations met: {len(cases) - len(failed)}/{len(cases)}")
+            print(
+                f"\nscenario answer expectations met: {len(cases) - len(failed)}/{len(cases)}; second opinions "
+                f"after a not-found: {second_opinions['kept']} kept, {second_opinions['dropped']} dropped"
+            )
             for case_id, failures, answer in failed:
                 print(f"  FAIL {case_id}: {failures}\n       answer: {answer[:300]!r}")
             print(

@@ -440,10 +440,11 @@ def test_second_opinion_loses_its_uncited_padding_instead_of_a_revision(make_rag
     [
         ("Employees get 45 days of paid vacation per calendar year. [S1]", CHECK_OK),  # a number in no source
         ("Every employee receives paid vacation. [S7]", CHECK_OK),  # a citation of no source
+        ("[S1] [S1][S2]", CHECK_OK),  # labels only
         (answer_with(FACT), check_reply(supported=False)),
         (answer_with(FACT), check_reply(answers=False)),
     ],
-    ids=["invented-number", "unknown-label", "unsupported", "not-useful"],
+    ids=["invented-number", "unknown-label", "labels-only", "unsupported", "not-useful"],
 )
 def test_second_opinion_failing_a_check_is_dropped_unrevised(make_rag: MakeRag, reconsider: Any, check: Any) -> None:
     generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=reconsider, check=check)
@@ -452,6 +453,14 @@ def test_second_opinion_failing_a_check_is_dropped_unrevised(make_rag: MakeRag, 
     assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
     assert not res.pipeline["flagged_for_review"]
     assert generator.count("reconsider") == 1 and generator.count("revise") == 0
+
+
+def test_a_draft_of_citation_labels_only_counts_as_no_answer(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate="[S1] [S1][S2]", reconsider=NOT_FOUND_ANSWER)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
+    res = rag.query(QUESTION, user=ALICE)
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
+    assert generator.count("reconsider") == 1 and grader.count("check") == 0
 
 
 def test_no_second_opinion_when_no_kept_passage_was_judged_relevant(make_rag: MakeRag) -> None:
