@@ -529,7 +529,13 @@ def test_sigkill_mid_query_resumes_from_the_trace_without_repeating_llm_calls(
     finally:
         _kill(child)
 
-    generator2 = ScriptedLLM({"generate": must_not_run("generate"), "revise": must_not_run("revise")})
+    generator2 = ScriptedLLM(
+        {
+            "generate": must_not_run("generate"),
+            "revise": must_not_run("revise"),
+            "reconsider": must_not_run("reconsider"),
+        }
+    )
     grader2 = ScriptedLLM({"grade": must_not_run("grade"), "rewrite": must_not_run("rewrite"), "check": CHECK_OK})
     with EnterpriseRAG(data_dir=tmp_path / "data", settings=settings, embed_model=embed_model,
                        generator=generator2, grader=grader2) as rag:  # fmt: skip

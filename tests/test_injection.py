@@ -98,7 +98,9 @@ def _rag(store: dict[str, Any], embed_model: Any, generator: ScriptedLLM, grader
 
 
 def _honest(case: InjectionCase) -> tuple[ScriptedLLM, ScriptedLLM]:
-    generator = ScriptedLLM({"generate": answer_with(case.fact), "revise": answer_with(case.fact)})
+    generator = ScriptedLLM(
+        {"generate": answer_with(case.fact), "revise": answer_with(case.fact), "reconsider": answer_with(case.fact)}
+    )
     grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "check": CHECK_OK, "rewrite": case.question})
     return generator, grader
 
@@ -152,7 +154,7 @@ def test_an_obedient_model_still_cannot_cite_a_fake_source_or_see_other_document
     corpora: dict[str, Any], embed_model: Any, case: InjectionCase
 ) -> None:
     obey = _obedient_answer(case)
-    generator = ScriptedLLM({"generate": obey, "revise": obey})
+    generator = ScriptedLLM({"generate": obey, "revise": obey, "reconsider": obey})
     grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "check": CHECK_OK, "rewrite": case.question})
     with _rag(corpora["planted"], embed_model, generator, grader) as rag:
         res = rag.query(case.question, user=ALICE)
@@ -179,7 +181,13 @@ def test_web_search_queries_never_carry_document_text(corpora: dict[str, Any], e
     """Even when a grader obeys 'this passage is irrelevant' and the workflow falls back to the web,
     what leaves for the web search is built from the question, never from document text."""
     case = next(c for c in CASES if c.name == "call-the-web")
-    generator = ScriptedLLM({"generate": answer_with("copy shops"), "revise": answer_with("copy shops")})
+    generator = ScriptedLLM(
+        {
+            "generate": answer_with("copy shops"),
+            "revise": answer_with("copy shops"),
+            "reconsider": answer_with("copy shops"),
+        }
+    )
     grader = ScriptedLLM({"grade": GRADE_NO, "check": CHECK_OK, "rewrite": "printing cost black and white"})
     with _rag(corpora["planted"], embed_model, generator, grader) as rag:
         res = rag.query(case.question, user=ALICE)

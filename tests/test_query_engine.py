@@ -77,7 +77,9 @@ def rag(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> Iterator[Enterprise
         data_dir=tmp_path / "data",
         settings=settings,
         embed_model=embed_model,
-        generator=ScriptedLLM({"generate": cite_every_source, "revise": cite_every_source}),
+        generator=ScriptedLLM(
+            {"generate": cite_every_source, "revise": cite_every_source, "reconsider": cite_every_source}
+        ),
         grader=ScriptedLLM({"grade": grade_everything_yes, "check": CHECK_OK, "rewrite": "company policies"}),
     )
     for name, (group, text) in DOCS.items():

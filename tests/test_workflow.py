@@ -463,6 +463,14 @@ def test_a_draft_of_citation_labels_only_counts_as_no_answer(make_rag: MakeRag) 
     assert generator.count("reconsider") == 1 and grader.count("check") == 0
 
 
+def test_a_failing_second_opinion_leaves_the_first_verdict(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=failing(TimeoutError("generator too slow")))
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
+    res = rag.query(QUESTION, user=ALICE)
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
+    assert generator.count("reconsider") >= 1 and grader.count("check") == 0
+
+
 def test_no_second_opinion_when_no_kept_passage_was_judged_relevant(make_rag: MakeRag) -> None:
     generator, grader = llms(grade=failing(LLMError("grader down")), generate=NOT_FOUND_ANSWER)
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})

@@ -106,6 +106,6 @@ def _answer(messages: list[Any], kwargs: dict[str, Any]) -> str:
 def scripted_llms() -> tuple[ScriptedLLM, ScriptedLLM]:
     """(generator, grader) that answer each team's question from the passages in the prompt."""
     check = {"claims": [{"claim": "the code word", "supported": True}], "answers_question": True}
-    generator = ScriptedLLM({"generate": _answer, "revise": _answer})
+    generator = ScriptedLLM({"generate": _answer, "revise": _answer, "reconsider": _answer})
     grader = ScriptedLLM({"grade": _grade, "check": check, "rewrite": lambda m, k: "team code word"})
     return generator, grader

@@ -283,7 +283,12 @@ class AnswerWorkflow(Workflow):
         else:
             name = "reconsider" if s.second_opinion else "generate"
             messages = prompts.generate_messages(s.sources, question, answer_known=s.second_opinion)
-        reply = await self.caller.acall("generator", name, messages, max_tokens=self.cfg.answer_max_tokens)
+        try:
+            reply = await self.caller.acall("generator", name, messages, max_tokens=self.cfg.answer_max_tokens)
+        except LLMError:
+            if not s.second_opinion:
+                raise
+            reply = NOT_FOUND_ANSWER  # the second opinion is optional: if it fails, the first verdict stands
         answer = str(reply).strip()
         s.answer = answer
         self._trace("generate", t0, revision=bool(ev.feedback), second_opinion=s.second_opinion, feedback=ev.feedback,

@@ -174,7 +174,7 @@ def echo_llms(rewrite_to: str) -> tuple[ScriptedLLM, ScriptedLLM]:
         return " ".join(f"{s} [{label}]" for label, text in sources.items() for s in _sentences(text)) or "none"
 
     check = {"claims": [{"claim": "as stated", "supported": True}], "answers_question": True}
-    generator = ScriptedLLM({"generate": echo, "revise": echo})
+    generator = ScriptedLLM({"generate": echo, "revise": echo, "reconsider": echo})
     # "text": the retriever's own follow-up rewrite (a prompt without a task header)
     tasks = {"grade": grade, "check": check, "standalone": rewrite_to, "rewrite": rewrite_to, "text": rewrite_to}
     grader = ScriptedLLM(tasks)
