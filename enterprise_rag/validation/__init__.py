@@ -11,6 +11,7 @@ from enterprise_rag.validation.citations import (
     cited_labels,
     drop_uncited,
     normalise,
+    says_nothing,
     split_sentences,
     strip_citations,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "cited_labels",
     "drop_uncited",
     "normalise",
+    "says_nothing",
     "split_sentences",
     "strip_citations",
 ]

@@ -276,8 +276,13 @@ def split_sentences(text: str) -> list[str]:
     return [u.text for u in _units(text)]
 
 
+def says_nothing(text: str) -> bool:
+    """Nothing but citation labels, punctuation and words like "see sources" (or nothing at all)."""
+    return not _FILLER.sub("", CITATION.sub("", text))
+
+
 def _citation_only(text: str) -> bool:
-    return bool(CITATION.search(text)) and not _FILLER.sub("", CITATION.sub("", text))
+    return bool(CITATION.search(text)) and says_nothing(text)
 
 
 def _is_intro(text: str) -> bool:

@@ -43,7 +43,7 @@ from enterprise_rag.validation.citations import (
     cited_labels,
     drop_uncited,
     normalise,
-    strip_citations,
+    says_nothing,
 )
 from enterprise_rag.validation.numbers import invented_numbers
 from enterprise_rag.validation.support import NOT_APPLICABLE, UNKNOWN, SupportVerdict, verdict_from_check
@@ -300,7 +300,7 @@ class AnswerWorkflow(Workflow):
     async def citations(self, ev: Drafted) -> Generate | CitationsChecked | Rewrite | WebFallback | StopEvent:
         t0 = time.perf_counter()
         s = self.s
-        if (_is_not_found(ev.answer) and not cited_labels(ev.answer)) or not _has_words(ev.answer):
+        if (_is_not_found(ev.answer) and not cited_labels(ev.answer)) or says_nothing(ev.answer):  # labels only
             if self._second_opinion_due():
                 s.second_opinion = s.second_opinion_asked = True
                 self._trace(
@@ -320,7 +320,7 @@ class AnswerWorkflow(Workflow):
         invented = invented_numbers(answer, [*texts.values(), s.question, s.query]) if s.second_opinion else []
         self._trace("citations", t0, ok=report.ok, attributed_in_code=attributed, invented_numbers=invented,
                     issues=[(i.kind, i.detail) for i in report.issues])  # fmt: skip
-        if s.second_opinion and (not report.ok or invented or not _has_words(answer)):
+        if s.second_opinion and (not report.ok or invented or says_nothing(answer)):
             return self._generator_found_nothing()  # a second opinion is never revised: the first verdict stands
         if not report.ok and s.citation_revisions < self.cfg.max_citation_revisions:
             s.citation_revisions += 1
@@ -381,11 +381,6 @@ class AnswerWorkflow(Workflow):
             s.usefulness_retries += 1
             return Rewrite(reason="the answer does not address the question")
         return self._done(ev.answer)
-
-
-def _has_words(answer: str) -> bool:
-    """Whether a draft says anything besides citation labels (a small model sometimes returns only those)."""
-    return re.search(r"[^\W\d_]{2,}", strip_citations(answer)) is not None
 
 
 def _is_not_found(answer: str) -> bool:
