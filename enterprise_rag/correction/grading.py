@@ -17,9 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
 
 from enterprise_rag.db import Database
@@ -45,20 +48,31 @@ class Grade:
         return asdict(self)
 
 
-def focus(question: str, text: str, limit: int) -> str:
-    """The ``limit``-character window of ``text`` sharing most words with the question (whole text if short).
+def paragraphs(text: str) -> list[str]:
+    """The blank-line separated paragraphs of ``text`` (a heading stays with the lines under it)."""
+    return [p for p in text.split("\n\n") if p.strip()]
 
-    A long merged parent would otherwise be judged on its first paragraph only.
+
+def focus(question: str, text: str, limit: int, relevance: Sequence[float] | None = None) -> str:
+    """The ``limit``-character window of ``text`` most about the question (whole text if short).
+
+    A long merged parent would otherwise be judged on its first paragraph only. With
+    ``relevance`` (one score per paragraph of :func:`paragraphs`, e.g. dense similarity to the
+    question) the window grows around the most relevant paragraph; without it, the window is
+    the one sharing most words with the question (literal words miss "set up" vs "install"
+    and "expense" vs "expenses").
     """
     if len(text) <= limit:
         return text
+    parts = paragraphs(text)
+    if relevance is not None and len(relevance) == len(parts) and parts:
+        return _around(parts, int(np.argmax(relevance)), limit)
     wanted = {w for w in query_words(question) if len(w) > 3}
-    paragraphs = [p for p in text.split("\n\n") if p.strip()]
     best, best_score = text[:limit], -1
-    for start in range(len(paragraphs)):
+    for start in range(len(parts)):
         window: list[str] = []
         size = 0
-        for p in paragraphs[start:]:
+        for p in parts[start:]:
             if size + len(p) > limit and window:
                 break
             window.append(p)
@@ -67,6 +81,21 @@ def focus(question: str, text: str, limit: int) -> str:
         if score > best_score:
             best, best_score = "\n\n".join(window)[:limit], score
     return best
+
+
+def _around(parts: list[str], anchor: int, limit: int) -> str:
+    """Paragraph ``anchor`` plus its neighbours, alternately after and before it, within ``limit`` characters."""
+    lo = hi = anchor
+    size = len(parts[anchor])
+    grown = True
+    while grown:
+        grown = False
+        for candidate in (hi + 1, lo - 1):
+            if 0 <= candidate < len(parts) and size + len(parts[candidate]) + 2 <= limit:
+                size += len(parts[candidate]) + 2
+                lo, hi = min(lo, candidate), max(hi, candidate)
+                grown = True
+    return "\n\n".join(parts[lo : hi + 1])[:limit]
 
 
 def evidence_found(evidence: str, passage: str) -> bool:
@@ -94,9 +123,17 @@ def _digest(text: str) -> str:
 
 class Grader:
     def __init__(
-        self, db: Database, caller: LLMCaller, *, floor: float, keep_similarity: float, passage_chars: int
+        self,
+        db: Database,
+        caller: LLMCaller,
+        *,
+        floor: float,
+        keep_similarity: float,
+        passage_chars: int,
+        embed_model: BaseEmbedding | None = None,
     ) -> None:
         self._db = db
+        self._embed_model = embed_model
         self._caller = caller
         self._floor = floor
         self._keep_similarity = keep_similarity
@@ -104,8 +141,9 @@ class Grader:
 
     def grade(self, question: str, nodes: list[NodeWithScore]) -> list[Grade]:
         """Grades in the order of ``nodes``."""
-        # The prompt is part of the key: a changed grading prompt must not reuse old grades.
-        model = f"{self._caller.model_id('grader')}|{_digest(GRADE_RULES)[:12]}"
+        # The prompt and how passages are cut to fit it are part of the key: a change must not reuse old grades.
+        view = "dense" if self._embed_model is not None else "words"
+        model = f"{self._caller.model_id('grader')}|{_digest(GRADE_RULES)[:12]}|{view}"
         qhash = _digest(question.strip().lower())
         grades: dict[str, Grade] = {}
         to_grade: list[NodeWithScore] = []
@@ -136,9 +174,9 @@ class Grader:
     def _ask(self, question: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
         ids = {f"P{i}": n.node.node_id for i, n in enumerate(nodes, 1)}
         passages = []
-        for pid, n in zip(ids, nodes, strict=True):
+        for pid, n, window in zip(ids, nodes, self._windows(question, nodes), strict=True):
             crumb = n.node.metadata.get("breadcrumb") or n.node.metadata.get("title") or ""
-            passages.append((pid, f"{crumb}\n{focus(question, n.node.get_content(), self._passage_chars)}".strip()))
+            passages.append((pid, f"{crumb}\n{window}".strip()))
         try:  # a small model pretty-prints: ~50 tokens per passage with an 80-character evidence
             reply = self._caller.call(
                 "grader", "grade", grade_messages(question, passages), max_tokens=64 * len(nodes) + 32,
@@ -149,6 +187,24 @@ class Grader:
             return {nid: Grade(nid, "ungraded", "grading failed", 0.0, "fail-open") for nid in ids.values()}
         texts = dict(passages)
         return {nid: _from_reply(nid, reply[pid], texts[pid]) for pid, nid in ids.items()}
+
+    def _windows(self, question: str, nodes: list[NodeWithScore]) -> list[str]:
+        """What the grader sees of each passage: long ones cut around their paragraph most similar to the
+        question (one embedding batch for all of them), or by shared words without an embedding model."""
+        texts = [n.node.get_content() for n in nodes]
+        long = {i: paragraphs(t) for i, t in enumerate(texts) if len(t) > self._passage_chars}
+        if self._embed_model is None or not long:
+            return [focus(question, t, self._passage_chars) for t in texts]
+        flat = [p for parts in long.values() for p in parts]
+        query = np.asarray(self._embed_model.get_query_embedding(question), dtype=np.float32)
+        vectors = np.asarray(self._embed_model.get_text_embedding_batch(flat), dtype=np.float32)
+        sims = (vectors @ query) / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(query) + 1e-12)
+        relevance: dict[int, Sequence[float]] = {}
+        start = 0
+        for i, parts in long.items():
+            relevance[i] = sims[start : start + len(parts)].tolist()
+            start += len(parts)
+        return [focus(question, t, self._passage_chars, relevance.get(i)) for i, t in enumerate(texts)]
 
     def _cached(self, qhash: str, model: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
         if not nodes:

@@ -151,10 +151,13 @@ def revise_messages(sources: list[Source], question: str, answer: str, problems:
 def check_messages(
     sources: list[Source], question: str, answer: str, *, answer_known: bool = False
 ) -> list[ChatMessage]:
+    """Support and usefulness in one call. A false-premise answer is named as useful: the local model
+    judged "There is no shared VPN password [S1]" as not answering "What is the shared VPN password?"."""
     body = (
         f"Question: {question}\nAnswer to check:\n{answer}\n\n"
         "List each factual claim of the answer (at most 6) and whether the sources state it (supported true/false). "
-        "Then say whether the answer actually answers the question (answers_question)."
+        "Then say whether the answer actually answers the question (answers_question); an answer stating, "
+        "from the sources, that what the question asks for does not exist or is not allowed does answer it."
     )
     return [answer_system(sources, answer_known=answer_known), user("check", body)]
 

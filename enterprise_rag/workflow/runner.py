@@ -46,6 +46,7 @@ class WorkflowDeps:
             floor=cfg.grade_floor,
             keep_similarity=cfg.grade_keep_similarity,
             passage_chars=cfg.grade_passage_chars,
+            embed_model=self.embed_model,
         )
 
     def egress_allows(self, principal: Principal) -> bool:

@@ -1,0 +1,96 @@
+"""What the grader sees of a long passage: the window around its paragraph most about the question.
+
+The grader runs on the real embedded PostgreSQL (its grade cache) with the real
+local embedding model; only the grader LLM is a :class:`ScriptedLLM` that
+records the prompt and answers "yes" when the answering paragraph is in it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from enterprise_rag import EnterpriseRAG
+from enterprise_rag.correction.grading import Grader, focus, paragraphs
+from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.workflow.llm_calls import LLMCaller
+
+QUESTION = "Above what amount do I need to attach an itemised receipt to an expense claim?"
+ANSWER = "An itemised receipt is required for any single cost over $25; smaller costs need a short description."
+# A merged parent: its first paragraphs share more literal question words ("what", "need", "claim",
+# "expense") than the answering one, which says "receipt", "itemised" and "cost" once each.
+PARENT = "\n\n".join(
+    [
+        "## 1. Overview\nThis policy explains what can be claimed, the evidence we need, and the deadlines for "
+        "submitting a claim. Spend the company's money as carefully as you would spend your own.",
+        "## 2. Submitting a claim\nEvery claim is submitted in the Ledgerly expense app, either on the web or on "
+        "a phone. Paper claim forms are no longer accepted, and a claim needs a cost centre.",
+        "### 2.2 Deadline\nClaims must be submitted within 60 days of the date the cost was incurred. Late "
+        "submissions are limited to two per employee per calendar year.",
+        f"### 2.3 Receipts\n{ANSWER}",
+        "A card slip that only shows the total is not an itemised receipt.",
+        "## 3. Travel\nTrips over $500 are pre-approved by your manager before anything is booked.",
+    ]
+)
+
+
+def test_focus_returns_short_text_whole_and_long_text_within_the_limit() -> None:
+    assert focus(QUESTION, "short", 100) == "short"
+    assert len(focus(QUESTION, PARENT, 300)) <= 300
+
+
+def test_focus_grows_the_window_around_the_most_relevant_paragraph() -> None:
+    parts = paragraphs(PARENT)
+    relevance = [0.1] * len(parts)
+    relevance[3] = 0.9
+    window = focus(QUESTION, PARENT, 400, relevance)
+    assert ANSWER in window and parts[4] in window  # the anchor and its next neighbour
+    assert parts[0] not in window
+    # Scores that do not match the paragraphs are ignored rather than misapplied.
+    assert focus(QUESTION, PARENT, 400, [0.9]) == focus(QUESTION, PARENT, 400)
+
+
+def grader_prompts(rag: EnterpriseRAG, embed_model: Any) -> tuple[list[str], str]:
+    """Grade PARENT (plus a short passage) once; return the grade prompts and the parent's grade."""
+    prompts: list[str] = []
+
+    def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        body = messages[-1].content
+        prompts.append(body)
+        return {
+            pid: {"evidence": ANSWER[:60], "answers": "yes"}
+            if ANSWER in text
+            else {"evidence": "none", "answers": "no"}
+            for pid, text in re.findall(r"(?ms)^\[(P\d+)\]\n(.*?)(?=^\[P\d+\]$|</passages>)", body)
+        }
+
+    caller = LLMCaller({"grader": ScriptedLLM({"grade": grade})})
+    grader = Grader(rag.db, caller, floor=0.0, keep_similarity=1.0, passage_chars=400, embed_model=embed_model)
+    nodes = [
+        NodeWithScore(node=TextNode(id_="parent", text=PARENT, metadata={"breadcrumb": "Expense Policy"}), score=1.0),
+        NodeWithScore(node=TextNode(id_="short", text="Parking permits are renewed in January."), score=0.5),
+    ]
+    grades = grader.grade(QUESTION, nodes)
+    return prompts, grades[0].grade
+
+
+def test_grader_sees_the_answering_paragraph_of_a_long_passage(rag: EnterpriseRAG, embed_model: Any) -> None:
+    prompts, grade = grader_prompts(rag, embed_model)
+    assert len(prompts) == 1 and ANSWER in prompts[0] and "Parking permits" in prompts[0]
+    assert "## 1. Overview" not in prompts[0]
+    assert grade == "yes"
+
+
+def test_without_an_embedding_model_the_shared_words_window_misses_it(rag: EnterpriseRAG) -> None:
+    """The baseline the dense window replaces: literal words pick the overview (why this test exists)."""
+    prompts, grade = grader_prompts(rag, None)
+    assert ANSWER not in prompts[0] and "## 1. Overview" in prompts[0]
+    assert grade == "no"
+
+
+def test_grades_cut_by_words_are_not_reused_for_dense_windows(rag: EnterpriseRAG, embed_model: Any) -> None:
+    assert grader_prompts(rag, None)[1] == "no"
+    prompts, grade = grader_prompts(rag, embed_model)
+    assert len(prompts) == 1 and grade == "yes"  # asked again, not read from the cache
