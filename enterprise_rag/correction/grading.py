@@ -29,6 +29,7 @@ from enterprise_rag.db import Database
 from enterprise_rag.errors import LLMError
 from enterprise_rag.generation.prompts import GRADE_RULES, grade_messages, grade_schema
 from enterprise_rag.retrieval.hybrid import query_words
+from enterprise_rag.retrieval.merging import grow_window
 from enterprise_rag.workflow.llm_calls import LLMCaller
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,8 @@ def focus(question: str, text: str, limit: int, relevance: Sequence[float] | Non
         return text
     parts = paragraphs(text)
     if relevance is not None and len(relevance) == len(parts) and parts:
-        return _around(parts, int(np.argmax(relevance)), limit)
+        lo, hi = grow_window([len(p) + 2 for p in parts], int(np.argmax(relevance)), limit)
+        return "\n\n".join(parts[lo : hi + 1])[:limit]
     wanted = {w for w in query_words(question) if len(w) > 3}
     best, best_score = text[:limit], -1
     for start in range(len(parts)):
@@ -81,21 +83,6 @@ def focus(question: str, text: str, limit: int, relevance: Sequence[float] | Non
         if score > best_score:
             best, best_score = "\n\n".join(window)[:limit], score
     return best
-
-
-def _around(parts: list[str], anchor: int, limit: int) -> str:
-    """Paragraph ``anchor`` plus its neighbours, alternately after and before it, within ``limit`` characters."""
-    lo = hi = anchor
-    size = len(parts[anchor])
-    grown = True
-    while grown:
-        grown = False
-        for candidate in (hi + 1, lo - 1):
-            if 0 <= candidate < len(parts) and size + len(parts[candidate]) + 2 <= limit:
-                size += len(parts[candidate]) + 2
-                lo, hi = min(lo, candidate), max(hi, candidate)
-                grown = True
-    return "\n\n".join(parts[lo : hi + 1])[:limit]
 
 
 def evidence_found(evidence: str, passage: str) -> bool:

@@ -7,6 +7,7 @@ fetches parents one by one from a docstore, outside any permission filter).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -140,15 +141,21 @@ def expand_within_section(
 def _window(
     group: list[tuple[str, int, str, list[int] | None]], hit_id: str, budget: int
 ) -> list[tuple[str, int, str, list[int] | None]]:
-    """The hit plus neighbours, alternately after and before it, while the budget lasts."""
     at = next(i for i, s in enumerate(group) if s[0] == hit_id)
-    lo, hi, size = at, at, len(group[at][2])
+    lo, hi = grow_window([len(s[2]) for s in group], at, budget)
+    return group[lo : hi + 1]
+
+
+def grow_window(lengths: Sequence[int], anchor: int, budget: int) -> tuple[int, int]:
+    """First and last index of item ``anchor`` plus its neighbours, taken alternately after and
+    before it while their summed ``lengths`` stay within ``budget`` (the anchor is always in)."""
+    lo, hi, size = anchor, anchor, lengths[anchor]
     while True:
         grown = False
         for candidate in (hi + 1, lo - 1):
-            if 0 <= candidate < len(group) and size + len(group[candidate][2]) <= budget:
-                size += len(group[candidate][2])
+            if 0 <= candidate < len(lengths) and size + lengths[candidate] <= budget:
+                size += lengths[candidate]
                 lo, hi = min(lo, candidate), max(hi, candidate)
                 grown = True
         if not grown:
-            return group[lo : hi + 1]
+            return lo, hi
