@@ -2,12 +2,14 @@
 
 Refinement drops paragraphs of a kept passage that share no word with the
 question and sit below a similarity floor (one batched embedding call for all
-strips); page, source and date stay with the passage.
+strips), and the rows of a table keyed by numeric ranges that do not hold a
+number of the question; page, source and date stay with the passage.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -54,15 +56,56 @@ def web_sources(results: list[WebResult], start: int) -> list[Source]:
 
 def relabel(sources: list[Source]) -> list[Source]:
     """Number sources S1..Sn in order (after some were dropped or added)."""
-    from dataclasses import replace
-
     return [replace(s, label=f"S{i}") for i, s in enumerate(sources, 1)]
 
 
 def refine(question: str, sources: list[Source], embed_model: BaseEmbedding, floor: float) -> tuple[list[Source], int]:
-    """Drop irrelevant paragraphs inside sources; returns the sources and the number of strips dropped."""
-    from dataclasses import replace
+    """Drop irrelevant paragraphs and range rows inside sources; returns the sources and the strips dropped."""
+    cut = [rows_in_range(question, s.text) for s in sources]
+    trimmed = [replace(s, text=text) for s, (text, _) in zip(sources, cut, strict=True)]
+    refined, dropped = _drop_paragraphs(question, trimmed, embed_model, floor)
+    return refined, dropped + sum(rows for _, rows in cut)
 
+
+# A table row whose first cell is a closed numeric range: "18-24 | Practitioner", "| $0 - $500 | none |".
+_RANGE_ROW = re.compile(r"^\s*\|?\s*[$€£]?(\d[\d,]*(?:\.\d+)?)\s*(?:-|–|—|to)\s*[$€£]?(\d[\d,]*(?:\.\d+)?)\s*%?\s*\|")
+_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+
+
+def rows_in_range(question: str, text: str) -> tuple[str, int]:
+    """``text`` without the rows of a range-keyed table that miss every number of the question.
+
+    Asked "I scored 21, which band?", the local model read the band of a neighbouring row
+    ("12-17 | Apprentice" instead of "18-24 | Practitioner"). A table is only cut when one of
+    its range rows holds a number of the question; headers and other rows stay.
+    """
+    numbers = [float(n.replace(",", "")) for n in _NUMBER.findall(question)]
+    if not numbers:
+        return text, 0
+    lines = text.split("\n")
+    drop: set[int] = set()
+    table: dict[int, bool] = {}  # range row -> holds a number of the question, for the current table
+
+    def close_table() -> None:
+        if len(table) > 1 and any(table.values()):
+            drop.update(i for i, hit in table.items() if not hit)
+        table.clear()
+
+    for i, line in enumerate(lines):
+        if "|" not in line:
+            close_table()
+            continue
+        match = _RANGE_ROW.match(line)
+        if match:
+            lo, hi = (float(g.replace(",", "")) for g in match.groups())
+            table[i] = any(lo <= n <= hi for n in numbers)
+    close_table()
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop), len(drop)
+
+
+def _drop_paragraphs(
+    question: str, sources: list[Source], embed_model: BaseEmbedding, floor: float
+) -> tuple[list[Source], int]:
     words = {w for w in query_words(question) if w not in _STOP and len(w) > 2}
     strips = [(i, p) for i, s in enumerate(sources) for p in re.split(r"\n\s*\n", s.text) if p.strip()]
     if len(strips) <= len(sources):
