@@ -240,7 +240,12 @@ class WorkflowSettings(_Section):
         "(SciFact test, top-5 hybrid, local MiniLM: 60% of passages >= 0.7 relevant, 29% at 0.6-0.7); "
         "above 1 turns it off.",
     )
-    grade_passage_chars: int = Field(700, ge=100, description="Characters of each passage shown to the grader.")
+    grade_passage_chars: int = Field(
+        700,
+        ge=100,
+        description="Characters of each passage shown to the grader (of a longer one, the window around"
+        " its paragraph most similar to the question).",
+    )
     min_yes: int = Field(1, ge=1, description="Passages graded yes needed to proceed without correction.")
     max_query_rewrites: int = Field(2, ge=0, le=5, description="Rewrite-and-retrieve rounds before web fallback.")
     second_opinion: bool = Field(
