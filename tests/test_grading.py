@@ -94,3 +94,26 @@ def test_grades_cut_by_words_are_not_reused_for_dense_windows(rag: EnterpriseRAG
     assert grader_prompts(rag, None)[1] == "no"
     prompts, grade = grader_prompts(rag, embed_model)
     assert len(prompts) == 1 and grade == "yes"  # asked again, not read from the cache
+
+
+def test_a_paragraph_holding_a_code_of_the_question_is_shown_first(rag: EnterpriseRAG, embed_model: Any) -> None:
+    question = "What should I tell a customer who sees E-4120 when sending a payment?"
+    decoy = ("## E-4012 - Session expired\nWhat to tell a customer who sees this error when sending a payment: "
+             "their session ended, so they sign in again and send the payment once more.")  # fmt: skip
+    target = "## E-4120 - Daily limit exceeded\nThe account is over its daily outgoing limit; the fix is form LD-7."
+    filler = "## Overview\n" + "This reference lists the codes returned by the Payments API. " * 4
+    parent = "\n\n".join([filler, decoy, filler.replace("Overview", "Formats"), target])
+    q = embed_model.get_query_embedding(question)
+    sims = [sum(a * b for a, b in zip(q, embed_model.get_text_embedding(p), strict=True)) for p in (decoy, target)]
+    assert sims[0] > sims[1]  # dense similarity alone would show the decoy: what this test guards against
+
+    prompts: list[str] = []
+
+    def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        prompts.append(messages[-1].content)
+        return {"P1": {"evidence": "none", "answers": "no"}}
+
+    grader = Grader(rag.db, LLMCaller({"grader": ScriptedLLM({"grade": grade})}), floor=0.0, keep_similarity=1.0,
+                    passage_chars=300, embed_model=embed_model)  # fmt: skip
+    grader.grade(question, [NodeWithScore(node=TextNode(id_="codes", text=parent), score=1.0)])
+    assert target in prompts[0] and decoy not in prompts[0]

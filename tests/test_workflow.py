@@ -441,10 +441,12 @@ def test_second_opinion_loses_its_uncited_padding_instead_of_a_revision(make_rag
         ("Employees get 45 days of paid vacation per calendar year. [S1]", CHECK_OK),  # a number in no source
         ("Every employee receives paid vacation. [S7]", CHECK_OK),  # a citation of no source
         ("[S1] [S1][S2]", CHECK_OK),  # labels only
+        # Words its source does not hold, though the (scripted) support check passes it: grounding in code.
+        ("Paid vacation is declined by the payroll gateway after a card expiry. [S1]", CHECK_OK),
         (answer_with(FACT), check_reply(supported=False)),
         (answer_with(FACT), check_reply(answers=False)),
     ],
-    ids=["invented-number", "unknown-label", "labels-only", "unsupported", "not-useful"],
+    ids=["invented-number", "unknown-label", "labels-only", "ungrounded", "unsupported", "not-useful"],
 )
 def test_second_opinion_failing_a_check_is_dropped_unrevised(make_rag: MakeRag, reconsider: Any, check: Any) -> None:
     generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=reconsider, check=check)
@@ -484,6 +486,18 @@ def test_second_opinion_can_be_turned_off(make_rag: MakeRag) -> None:
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "second_opinion": False})
     assert rag.query(QUESTION, user=ALICE).pipeline["not_found"] is True
     assert generator.count("reconsider") == 0
+
+
+def test_a_draft_citing_a_source_that_does_not_hold_it_is_revised(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate="Vacation requests are approved by the regional payroll gateway. [S1]")
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert generator.count("generate") == 1 and generator.count("revise") == 1
+    assert FACT in res.answer and "gateway" not in res.answer
+    revise_prompt = generator.calls[-1][1][-1].content
+    assert "is not what its cited source says" in revise_prompt and "payroll gateway" in revise_prompt
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None and step_data(trace, "citations")[0]["ungrounded"]
 
 
 def test_uncited_answer_is_revised_once(make_rag: MakeRag) -> None:

@@ -129,7 +129,7 @@ class Grader:
     def grade(self, question: str, nodes: list[NodeWithScore]) -> list[Grade]:
         """Grades in the order of ``nodes``."""
         # The prompt and how passages are cut to fit it are part of the key: a change must not reuse old grades.
-        view = "dense" if self._embed_model is not None else "words"
+        view = "dense+codes" if self._embed_model is not None else "words"
         model = f"{self._caller.model_id('grader')}|{_digest(GRADE_RULES)[:12]}|{view}"
         qhash = _digest(question.strip().lower())
         grades: dict[str, Grade] = {}
@@ -177,7 +177,11 @@ class Grader:
 
     def _windows(self, question: str, nodes: list[NodeWithScore]) -> list[str]:
         """What the grader sees of each passage: long ones cut around their paragraph most similar to the
-        question (one embedding batch for all of them), or by shared words without an embedding model."""
+        question (one embedding batch for all of them), or by shared words without an embedding model.
+
+        A paragraph holding a code of the question (E-4120, LD-7, 2024) comes first: embeddings barely
+        tell one error code from another, which is why search is hybrid too.
+        """
         texts = [n.node.get_content() for n in nodes]
         long = {i: paragraphs(t) for i, t in enumerate(texts) if len(t) > self._passage_chars}
         if self._embed_model is None or not long:
@@ -186,11 +190,14 @@ class Grader:
         query = np.asarray(self._embed_model.get_query_embedding(question), dtype=np.float32)
         vectors = np.asarray(self._embed_model.get_text_embedding_batch(flat), dtype=np.float32)
         sims = (vectors @ query) / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(query) + 1e-12)
+        codes = {w for w in query_words(question) if len(w) > 2 and any(c.isdigit() for c in w)}
+        boost = [1.0 if codes & set(query_words(p)) else 0.0 for p in flat]
         relevance: dict[int, Sequence[float]] = {}
         start = 0
         for i, parts in long.items():
-            relevance[i] = sims[start : start + len(parts)].tolist()
-            start += len(parts)
+            end = start + len(parts)
+            relevance[i] = [float(sim) + b for sim, b in zip(sims[start:end], boost[start:end], strict=True)]
+            start = end
         return [focus(question, t, self._passage_chars, relevance.get(i)) for i, t in enumerate(texts)]
 
     def _cached(self, qhash: str, model: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:

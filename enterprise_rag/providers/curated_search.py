@@ -22,41 +22,22 @@ import yaml
 
 from enterprise_rag.errors import IngestError, WebSearchError
 from enterprise_rag.providers.web_search import WebResult
+from enterprise_rag.words import terms
 
 logger = logging.getLogger(__name__)
 
 # --- curated local sources -------------------------------------------------------------------------
 
 CURATED_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".text", ".html", ".htm"})
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _FRONT = re.compile(r"\A---[ \t]*\n(.*?)\n(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
 _CANONICAL = re.compile(
     r"""<link\b[^>]*\brel=["']?canonical["']?[^>]*\bhref=["']([^"']+)["']"""
     r"""|<link\b[^>]*\bhref=["']([^"']+)["'][^>]*\brel=["']?canonical""",
     re.IGNORECASE,
 )
-_STOPWORDS = frozenset(
-    {
-        "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how", "i", "in",
-        "is", "it", "of", "on", "or", "the", "this", "that", "to", "was", "what", "when", "where", "which",
-        "who", "why", "will", "with",
-    }
-)  # fmt: skip
 _PASSAGE_CHARS = 1200
 _MAX_FILE_BYTES = 5 * 1024 * 1024
 _K1, _B = 1.5, 0.75
-
-
-def terms(text: str) -> list[str]:
-    """Lower-case word terms without stop words, plural ``-s`` folded (``policies`` stays ``policies``)."""
-    out = []
-    for word in _WORD.findall(text.lower()):
-        if word in _STOPWORDS:
-            continue
-        if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is", "ies")):
-            word = word[:-1]
-        out.append(word)
-    return out
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """Citation repair in code: a sentence copied from a source gets that source's label.
 
 Small local models often quote a source faithfully but forget the ``[S1]``
-label. A sentence without a label whose content words are (almost) all in one
-source is attributed to that source; everything else is left for the citation
-check to flag. The support check still verifies every claim afterwards.
+label, or put the label of a neighbouring source. A sentence without a label
+whose content words are (almost) all in one source is attributed to that
+source, and so is a labelled sentence its cited sources do not ground (see
+:mod:`enterprise_rag.validation.grounding`); everything else is left for the
+checks to flag. The support check still verifies every claim afterwards.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from enterprise_rag.validation.citations import cited_labels, split_line
+from enterprise_rag.validation.citations import cited_labels, split_line, split_sentences, strip_citations
+from enterprise_rag.validation.grounding import MIN_SHARE, grounded_share
 
 _WORD = re.compile(r"[\w'-]+")
 _MIN_WORDS = 4
@@ -52,3 +55,20 @@ def attribute_citations(answer: str, sources: Mapping[str, str], threshold: floa
         pieces.append(line[cursor:])
         lines.append("".join(pieces))
     return "\n".join(lines), added
+
+
+def reattribute_citations(
+    answer: str, sources: Mapping[str, str], question: str, threshold: float = 0.8
+) -> tuple[str, int]:
+    """Relabel cited sentences their sources do not ground but another source holds; returns the answer and
+    how many were relabelled ("... handled the same way. [S2]" copied from S1 becomes "... [S1]")."""
+    moved = 0
+    for sentence in split_sentences(answer):
+        share = grounded_share(sentence, sources, question)
+        if share is None or share >= MIN_SHARE:
+            continue
+        label = best_source(strip_citations(sentence), sources, threshold)
+        if label is not None and label not in cited_labels(sentence):
+            answer = answer.replace(sentence, f"{strip_citations(sentence)} [{label}]", 1)
+            moved += 1
+    return answer, moved

@@ -12,8 +12,11 @@ without a generation call.
 finds nothing in passages the grader judged relevant, it is asked once more,
 told the answer is there (a second opinion). That draft has no not-found exit,
 so it is kept only if it passes every check unrevised (its uncited sentences
-are dropped): citations, numbers all found in the sources, support and
-usefulness; otherwise the first verdict stands.
+are dropped): citations, numbers all found in the sources, every cited
+sentence grounded in its sources (in code: the local support check passed
+inventions citing an unrelated source), support and usefulness; otherwise the
+first verdict stands. An ungrounded sentence in an ordinary draft is sent back
+for revision like a citation error.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from enterprise_rag.generation import prompts
 from enterprise_rag.generation.prompts import NOT_FOUND_ANSWER, Source
 from enterprise_rag.principal import Principal
 from enterprise_rag.retrieval.transforms import _STANDALONE, History, history_text
-from enterprise_rag.validation.attribution import attribute_citations
+from enterprise_rag.validation.attribution import attribute_citations, reattribute_citations
 from enterprise_rag.validation.citations import (
     NOT_FOUND_PHRASES,
     check_citations,
@@ -45,6 +48,7 @@ from enterprise_rag.validation.citations import (
     normalise,
     says_nothing,
 )
+from enterprise_rag.validation.grounding import ungrounded_sentences
 from enterprise_rag.validation.numbers import invented_numbers
 from enterprise_rag.validation.support import NOT_APPLICABLE, UNKNOWN, SupportVerdict, verdict_from_check
 from enterprise_rag.workflow.llm_calls import LLMCaller
@@ -312,19 +316,22 @@ class AnswerWorkflow(Workflow):
             return self._generator_found_nothing()
         texts = {x.label: x.text for x in s.sources}
         answer, attributed = attribute_citations(ev.answer, texts)
+        answer, relabelled = reattribute_citations(answer, texts, s.question)
         s.answer = answer
         report = check_citations(answer, texts)
         if s.second_opinion and report.cited_labels:  # told the answer is there, the model pads: drop, not revise
             answer = s.answer = drop_uncited(answer, report)
             report = check_citations(answer, texts)
         invented = invented_numbers(answer, [*texts.values(), s.question, s.query]) if s.second_opinion else []
-        self._trace("citations", t0, ok=report.ok, attributed_in_code=attributed, invented_numbers=invented,
+        ungrounded = ungrounded_sentences(answer, texts, s.question)
+        self._trace("citations", t0, ok=report.ok, attributed_in_code=attributed, relabelled_in_code=relabelled,
+                    invented_numbers=invented, ungrounded=ungrounded,
                     issues=[(i.kind, i.detail) for i in report.issues])  # fmt: skip
-        if s.second_opinion and (not report.ok or invented or says_nothing(answer)):
+        if s.second_opinion and (not report.ok or invented or ungrounded or says_nothing(answer)):
             return self._generator_found_nothing()  # a second opinion is never revised: the first verdict stands
-        if not report.ok and s.citation_revisions < self.cfg.max_citation_revisions:
+        if (not report.ok or ungrounded) and s.citation_revisions < self.cfg.max_citation_revisions:
             s.citation_revisions += 1
-            return Generate(feedback=report.feedback())
+            return Generate(feedback="\n".join([report.feedback(), *map(_ungrounded_advice, ungrounded)]).strip())
         return CitationsChecked(answer=answer)
 
     def _second_opinion_due(self) -> bool:
@@ -392,3 +399,7 @@ async def _to_thread(fn: Any, *args: Any) -> Any:
     import asyncio
 
     return await asyncio.to_thread(fn, *args)
+
+
+def _ungrounded_advice(sentence: str) -> str:
+    return f'- "{sentence[:100]}" is not what its cited source says; state only what the sources say.'
