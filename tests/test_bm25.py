@@ -382,3 +382,54 @@ def test_bulk_write_rebuilds_indexes_and_statistics_once(rag: EnterpriseRAG, fre
             write_documents(conn, [prepared], bulk=True)
         conn.rollback()
         assert _index_oids(conn) == after_bulk and _user_triggers(conn) == triggers and _stored(conn) == stats
+
+
+def _constraints(conn: psycopg.Connection) -> dict[str, str]:
+    rows = conn.execute(
+        "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conrelid IN ('rag_bm25_postings'::regclass, 'rag_bm25_terms'::regclass)"
+    )
+    return dict(rows.fetchall())
+
+
+def test_rebuild_equals_the_trigger_maintained_statistics_and_the_first_recount(
+    rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path
+) -> None:
+    """rag_bm25_rebuild() (single pass, sql/0005) gives exactly what the triggers maintain and what 0003's gave."""
+    from enterprise_rag.db.migrate import SQL_DIR
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "alpha.md").write_text(
+        _md("Alpha refund policy", "Refunds of annual plans take thirty days.\n\n## Refund exceptions\n\n"
+            "Refunds of refunds are never refunded; gift cards are not refunded."), "utf-8")  # fmt: skip
+    (docs / "beta.md").write_text(_md("Beta guide", "Travel bookings go through the travel desk."), "utf-8")
+    assert len(rag.ingest(docs).added) == 2
+    rag.ingest(docs / "beta.md", allowed_groups=["staff", "travel"], allowed_users=["ann"])
+    with psycopg.connect(fresh_dsn) as conn:
+        # leaves the parser gives odd vectors: stop words only (empty tsv), a breadcrumb only, one long repeat
+        conn.execute(
+            "INSERT INTO rag_nodes (node_id, document_id, level, is_leaf, position, text, breadcrumb, content_hash,"
+            " allowed_groups, allowed_users) SELECT 'raw' || t.i, d.document_id, 2, true, 100 + t.i, t.body, t.crumb,"
+            " 'raw' || t.i, '{staff}', '{bob,ann}' FROM (SELECT min(document_id) AS document_id FROM rag_documents) d,"
+            " (VALUES (1, 'the of and a', ''), (2, '', 'Refund policy > Refunds'),"
+            "  (3, repeat('refund ', 300), 'Refund')) AS t(i, body, crumb)"
+        )
+        conn.commit()
+        assert conn.execute("SELECT count(*) FROM rag_nodes WHERE is_leaf AND length(tsv) = 0").fetchone() == (1,)
+        maintained, constraints = _stored(conn), _constraints(conn)
+        rebuild_bm25_statistics(conn)
+        assert _stored(conn) == maintained
+        assert _constraints(conn) == constraints
+        # the recount of sql/0003_bm25.sql, run on the same rows, agrees as well
+        first = re.search(
+            r"CREATE FUNCTION rag_bm25_rebuild\(\).*?\$fn\$;", (SQL_DIR / "0003_bm25.sql").read_text(), re.S
+        )
+        assert first is not None
+        conn.execute(
+            first.group(0).replace("CREATE FUNCTION rag_bm25_rebuild()", "CREATE FUNCTION pg_temp.rebuild_0003()")
+        )
+        conn.execute("SELECT pg_temp.rebuild_0003()")
+        assert _stored(conn) == maintained
+        conn.rollback()
+    _assert_exact(fresh_dsn, "after the rebuild")
