@@ -1,7 +1,8 @@
 """Cited sentences made of words their sources do not contain: content from elsewhere.
 
-The local model's support check passed "E-4120 is a common error code for failed
-charges [S1]" citing a refund policy. In code, each cited sentence's content words
+Asked about payment error E-4120, the local model's support check passed "you should
+check the payment details, such as the card number, expiration date, and CVV code.
+[S1]" citing a refund policy. In code, each cited sentence's content words
 (:func:`enterprise_rag.words.terms`) are looked up in the sources it cites and in
 the question; a sentence with less than ``min_share`` of them found is ungrounded.
 Rewording keeps most words of what it restates, so the bar is deliberately low:

@@ -316,14 +316,15 @@ class AnswerWorkflow(Workflow):
             return self._generator_found_nothing()
         texts = {x.label: x.text for x in s.sources}
         answer, attributed = attribute_citations(ev.answer, texts)
-        answer, relabelled = reattribute_citations(answer, texts, s.question)
+        asked = f"{s.question}\n{s.query}"  # a follow-up's words may come from its standalone form
+        answer, relabelled = reattribute_citations(answer, texts, asked)
         s.answer = answer
         report = check_citations(answer, texts)
         if s.second_opinion and report.cited_labels:  # told the answer is there, the model pads: drop, not revise
             answer = s.answer = drop_uncited(answer, report)
             report = check_citations(answer, texts)
-        invented = invented_numbers(answer, [*texts.values(), s.question, s.query]) if s.second_opinion else []
-        ungrounded = ungrounded_sentences(answer, texts, s.question)
+        invented = invented_numbers(answer, [*texts.values(), asked]) if s.second_opinion else []
+        ungrounded = ungrounded_sentences(answer, texts, asked)
         self._trace("citations", t0, ok=report.ok, attributed_in_code=attributed, relabelled_in_code=relabelled,
                     invented_numbers=invented, ungrounded=ungrounded,
                     issues=[(i.kind, i.detail) for i in report.issues])  # fmt: skip
