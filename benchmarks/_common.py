@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +25,12 @@ def fresh_database(server_dsn: str, name: str) -> str:
 
 
 def temp_data_dir(prefix: str) -> Path:
-    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    """A fresh folder for the benchmark's embedded store, removed when the benchmark exits (each holds a
+    PostgreSQL cluster of a gigabyte or more; a day of runs filled the disk). ERAG_KEEP_BENCH_DIR=1 keeps it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    if not os.environ.get("ERAG_KEEP_BENCH_DIR"):
+        atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def iter_scifact(limit: int | None = None) -> Iterator[dict[str, str]]:
