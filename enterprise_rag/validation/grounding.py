@@ -40,3 +40,10 @@ def ungrounded_sentences(
         if share is not None and share < min_share:
             found.append(sentence)
     return found
+
+
+def grounding_feedback(sentences: list[str]) -> str:
+    """Revision-prompt lines for ungrounded sentences (empty when there are none)."""
+    return "\n".join(
+        f'- "{s[:100]}" is not what its cited source says; state only what the sources say.' for s in sentences
+    )

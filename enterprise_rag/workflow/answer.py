@@ -48,7 +48,7 @@ from enterprise_rag.validation.citations import (
     normalise,
     says_nothing,
 )
-from enterprise_rag.validation.grounding import ungrounded_sentences
+from enterprise_rag.validation.grounding import grounding_feedback, ungrounded_sentences
 from enterprise_rag.validation.numbers import invented_numbers
 from enterprise_rag.validation.support import NOT_APPLICABLE, UNKNOWN, SupportVerdict, verdict_from_check
 from enterprise_rag.workflow.llm_calls import LLMCaller
@@ -332,7 +332,7 @@ class AnswerWorkflow(Workflow):
             return self._generator_found_nothing()  # a second opinion is never revised: the first verdict stands
         if (not report.ok or ungrounded) and s.citation_revisions < self.cfg.max_citation_revisions:
             s.citation_revisions += 1
-            return Generate(feedback="\n".join([report.feedback(), *map(_ungrounded_advice, ungrounded)]).strip())
+            return Generate(feedback="\n".join([report.feedback(), grounding_feedback(ungrounded)]).strip())
         return CitationsChecked(answer=answer)
 
     def _second_opinion_due(self) -> bool:
@@ -400,7 +400,3 @@ async def _to_thread(fn: Any, *args: Any) -> Any:
     import asyncio
 
     return await asyncio.to_thread(fn, *args)
-
-
-def _ungrounded_advice(sentence: str) -> str:
-    return f'- "{sentence[:100]}" is not what its cited source says; state only what the sources say.'
