@@ -117,3 +117,29 @@ def test_a_paragraph_holding_a_code_of_the_question_is_shown_first(rag: Enterpri
                     passage_chars=300, embed_model=embed_model)  # fmt: skip
     grader.grade(question, [NodeWithScore(node=TextNode(id_="codes", text=parent), score=1.0)])
     assert target in prompts[0] and decoy not in prompts[0]
+
+
+def test_a_no_on_a_passage_headed_by_the_questions_identifier_becomes_partial(rag: EnterpriseRAG) -> None:
+    """Only an exact identifier in a heading overrules the grader: not a near code, not a mention in the body."""
+    question = "What should I tell a customer who sees E-4120 when sending a payment?"
+    passages = {
+        "named": "## E-4120 - Daily transfer limit exceeded\nThe fix is a temporary limit increase with form LD-7.",
+        "near": "## E-4102 - Account number failed checksum\nAsk the customer to re-enter the account number.",
+        "mention": "## Reporting a new code\nCodes such as E-4120 are listed above; report any other code.",
+        "crumb": "**Fix.** Ask the customer to wait for the daily limit to reset.",
+    }
+    nodes = [NodeWithScore(node=TextNode(id_=k, text=v), score=1.0) for k, v in passages.items()]
+    nodes[3].node.metadata["breadcrumb"] = "Error Codes > E-4120 - Daily transfer limit exceeded"
+
+    def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        ids = kwargs["response_format"]["json_schema"]["schema"]["required"]
+        return {pid: {"evidence": "none", "answers": "no"} for pid in ids}
+
+    grader = Grader(rag.db, LLMCaller({"grader": ScriptedLLM({"grade": grade})}), floor=0.0, keep_similarity=1.0,
+                    passage_chars=400)  # fmt: skip
+    grades = {g.node_id: g for g in grader.grade(question, nodes)}
+    assert {k: (g.grade, g.method) for k, g in grades.items()} == {
+        "named": ("partial", "identifier"), "near": ("no", "llm"), "mention": ("no", "llm"),
+        "crumb": ("partial", "identifier"),
+    }  # fmt: skip
+    assert "e-4120" in grades["named"].reason

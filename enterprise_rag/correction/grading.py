@@ -7,9 +7,11 @@ failed or incomplete grading call keeps the passages, marked ``ungraded``
 
 A small grader model is unreliable in one direction above all: it answers
 "none"/"no" for every passage of a batch, the answering one included. A "no"
-on a passage whose dense similarity is at or above ``keep_similarity`` is
-therefore downgraded to ``partial`` (never upgraded to yes): the passage
-reaches the generator, which still says plainly when it holds no answer.
+is therefore downgraded to ``partial`` (never upgraded to yes) where retrieval
+has strong evidence of its own: a dense similarity at or above ``keep_similarity``,
+or a heading that names an identifier of the question (E-4120, LD-7), which
+embeddings barely tell from its neighbours (E-4102). The passage reaches the
+generator, which still says plainly when it holds no answer.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class Grade:
     grade: GradeLabel
     reason: str
     confidence: float
-    method: Literal["llm", "cache", "floor", "similarity", "fail-open"]
+    method: Literal["llm", "cache", "floor", "similarity", "identifier", "fail-open"]
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -83,6 +85,17 @@ def focus(question: str, text: str, limit: int, relevance: Sequence[float] | Non
         if score > best_score:
             best, best_score = "\n\n".join(window)[:limit], score
     return best
+
+
+def identifiers(text: str) -> set[str]:
+    """Words of ``text`` mixing letters and digits (E-4120, LD-7, ISO27001), not plain numbers or dates."""
+    return {w for w in query_words(text) if any(c.isdigit() for c in w) and any(c.isalpha() for c in w)}
+
+
+def headings(node: NodeWithScore) -> str:
+    """A passage's breadcrumb and its own heading lines: what it says it is about."""
+    lines = [line for line in node.node.get_content().splitlines() if line.lstrip().startswith("#")]
+    return "\n".join([str(node.node.metadata.get("breadcrumb") or ""), *lines])
 
 
 def evidence_found(evidence: str, passage: str) -> bool:
@@ -148,15 +161,24 @@ class Grader:
             fresh = self._ask(question, pending)
             grades.update(fresh)
             self._store(qhash, model, [n for n in pending if grades[n.node.node_id].method == "llm"], grades)
-        return [self._doubt_no(grades[n.node.node_id], n) for n in nodes]
+        asked = identifiers(question)
+        return [self._doubt_no(grades[n.node.node_id], n, asked) for n in nodes]
 
-    def _doubt_no(self, grade: Grade, node: NodeWithScore) -> Grade:
-        """A grader "no" on a strong dense match becomes partial (see the module docstring)."""
-        similarity = node.node.metadata.get("similarity")
-        if grade.grade != "no" or grade.method == "floor" or similarity is None or similarity < self._keep_similarity:
+    def _doubt_no(self, grade: Grade, node: NodeWithScore, asked: set[str]) -> Grade:
+        """A grader "no" on a strong dense match, or on a passage headed by an identifier the question
+        names, becomes partial (see the module docstring)."""
+        if grade.grade != "no" or grade.method == "floor":
             return grade
-        reason = f"grader said no ({grade.reason}), but similarity {similarity:.2f} >= {self._keep_similarity:.2f}"
-        return Grade(grade.node_id, "partial", reason[:200], 0.4, "similarity")
+        similarity = node.node.metadata.get("similarity")
+        named = sorted(asked & identifiers(headings(node)))
+        if named:
+            evidence, method = f"its heading names {', '.join(named)}", "identifier"
+        elif similarity is not None and similarity >= self._keep_similarity:
+            evidence, method = f"similarity {similarity:.2f} >= {self._keep_similarity:.2f}", "similarity"
+        else:
+            return grade
+        reason = f"grader said no ({grade.reason[:120]}), but {evidence}"
+        return Grade(grade.node_id, "partial", reason, 0.4, method)  # type: ignore[arg-type]
 
     def _ask(self, question: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
         ids = {f"P{i}": n.node.node_id for i, n in enumerate(nodes, 1)}
