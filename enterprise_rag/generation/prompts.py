@@ -50,9 +50,11 @@ _NOT_FOUND_RULE = f'3. If the sources do not answer the question, reply exactly:
 # The second opinion, after a "not found" that the grader contradicts: a small model takes the not-found
 # exit above too readily, and without it finds answers it had missed (4 of 4 scenario questions it had
 # refused). Without an exit it also invents, so that draft is kept only if it passes every check unrevised.
+# Told only to "state" a false premise's answer, it said no more than "The shared VPN password does not
+# exist."; asked for what the sources say instead, it adds the facts (SSO account and hardware key).
 _ANSWER_KNOWN_RULE = (
     "3. The sources answer the question, possibly by saying that what it asks for does not exist: "
-    "find the answer and state it."
+    "state the answer, and what the sources say instead of what was asked for."
 )
 
 ANSWER_RULES = f"""You answer questions from employees using ONLY the numbered sources at the end.
