@@ -11,19 +11,15 @@ without a generation call.
 "Not found" is gated in code, not taken from the model: when the generator
 finds nothing in passages the grader judged relevant, it is asked once more,
 told the answer is there (a second opinion). That draft has no not-found exit,
-so it is kept only if it passes every check unrevised (its uncited sentences
-are dropped): citations, numbers all found in the sources, every cited
-sentence grounded in its sources (in code: the local support check passed
-inventions citing an unrelated source), support and usefulness; otherwise the
-first verdict stands. An ungrounded sentence in an ordinary draft is sent back
-for revision like a citation error.
+so it is kept only if it passes every check unrevised: the review in code
+(:mod:`enterprise_rag.validation.draft`), then support and usefulness;
+otherwise the first verdict stands.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.core.llms import ChatMessage, MessageRole
@@ -33,27 +29,18 @@ from workflows.events import Event, StartEvent, StopEvent
 
 from enterprise_rag.config import RagSettings
 from enterprise_rag.correction.decision import DecisionResult, decide
-from enterprise_rag.correction.grading import Grade, Grader
+from enterprise_rag.correction.grading import Grader
 from enterprise_rag.errors import LLMError, WebSearchError
 from enterprise_rag.generation import prompts
-from enterprise_rag.generation.prompts import NOT_FOUND_ANSWER, Source
-from enterprise_rag.principal import Principal
-from enterprise_rag.retrieval.transforms import _STANDALONE, History, history_text
-from enterprise_rag.validation.attribution import attribute_citations, reattribute_citations
-from enterprise_rag.validation.citations import (
-    NOT_FOUND_PHRASES,
-    check_citations,
-    cited_labels,
-    drop_uncited,
-    normalise,
-    says_nothing,
-)
-from enterprise_rag.validation.grounding import grounding_feedback, ungrounded_sentences
-from enterprise_rag.validation.numbers import invented_numbers
-from enterprise_rag.validation.support import NOT_APPLICABLE, UNKNOWN, SupportVerdict, verdict_from_check
+from enterprise_rag.generation.prompts import NOT_FOUND_ANSWER
+from enterprise_rag.retrieval.transforms import _STANDALONE, history_text
+from enterprise_rag.validation.citations import NOT_FOUND_PHRASES, cited_labels, normalise, says_nothing
+from enterprise_rag.validation.draft import review_draft
+from enterprise_rag.validation.support import UNKNOWN, verdict_from_check
 from enterprise_rag.workflow.llm_calls import LLMCaller
 from enterprise_rag.workflow.outcome import Outcome
 from enterprise_rag.workflow.sources import corpus_sources, refine, relabel, web_sources
+from enterprise_rag.workflow.state import RunState
 
 FLAGGED_ANSWER = (
     "I could not produce an answer that the documents fully support, so this question has been flagged for "
@@ -93,33 +80,6 @@ class Drafted(Event):
 
 class CitationsChecked(Event):
     answer: str
-
-
-# ---- run state ------------------------------------------------------------------------------------------
-@dataclass
-class RunState:
-    question: str
-    principal: Principal
-    history: History
-    query: str = ""
-    queries: list[str] = field(default_factory=list)
-    candidates: dict[str, NodeWithScore] = field(default_factory=dict)
-    grades: dict[str, Grade] = field(default_factory=dict)
-    decision: DecisionResult | None = None
-    sources: list[Source] = field(default_factory=list)
-    answer: str = ""
-    rewrites: int = 0
-    citation_revisions: int = 0
-    hallucination_retries: int = 0
-    usefulness_retries: int = 0
-    web_used: bool = False
-    verdict: SupportVerdict = NOT_APPLICABLE
-    flagged: bool = False
-    retrieval_used: bool = True
-    basis: frozenset[str] = frozenset()  # ids of the sources of the current draft
-    not_found_from: list[frozenset[str]] = field(default_factory=list)  # source sets with no answer in them
-    second_opinion: bool = False  # the current draft is the second opinion (see the module docstring)
-    second_opinion_asked: bool = False  # at most one per query
 
 
 class AnswerWorkflow(Workflow):
@@ -314,26 +274,16 @@ class AnswerWorkflow(Workflow):
             # The generator is the last relevance judge: no answer in the kept sources is a fallback.
             self._trace("citations", t0, not_found=True)
             return self._generator_found_nothing()
-        texts = {x.label: x.text for x in s.sources}
-        answer, attributed = attribute_citations(ev.answer, texts)
         asked = f"{s.question}\n{s.query}"  # a follow-up's words may come from its standalone form
-        answer, relabelled = reattribute_citations(answer, texts, asked)
-        s.answer = answer
-        report = check_citations(answer, texts)
-        if s.second_opinion and report.cited_labels:  # told the answer is there, the model pads: drop, not revise
-            answer = s.answer = drop_uncited(answer, report)
-            report = check_citations(answer, texts)
-        invented = invented_numbers(answer, [*texts.values(), asked]) if s.second_opinion else []
-        ungrounded = ungrounded_sentences(answer, texts, asked)
-        self._trace("citations", t0, ok=report.ok, attributed_in_code=attributed, relabelled_in_code=relabelled,
-                    invented_numbers=invented, ungrounded=ungrounded,
-                    issues=[(i.kind, i.detail) for i in report.issues])  # fmt: skip
-        if s.second_opinion and (not report.ok or invented or ungrounded or says_nothing(answer)):
+        review = review_draft(ev.answer, {x.label: x.text for x in s.sources}, asked, second_opinion=s.second_opinion)
+        s.answer = review.answer
+        self._trace("citations", t0, **review.to_trace())
+        if s.second_opinion and not review.fit_as_second_opinion:
             return self._generator_found_nothing()  # a second opinion is never revised: the first verdict stands
-        if (not report.ok or ungrounded) and s.citation_revisions < self.cfg.max_citation_revisions:
+        if review.needs_revision and s.citation_revisions < self.cfg.max_citation_revisions:
             s.citation_revisions += 1
-            return Generate(feedback="\n".join([report.feedback(), grounding_feedback(ungrounded)]).strip())
-        return CitationsChecked(answer=answer)
+            return Generate(feedback=review.feedback())
+        return CitationsChecked(answer=review.answer)
 
     def _second_opinion_due(self) -> bool:
         """The generator found nothing, but the grader judged a kept passage relevant (yes or partial)."""

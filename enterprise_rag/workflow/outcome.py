@@ -12,7 +12,7 @@ from enterprise_rag.workflow.llm_calls import LLMCaller
 
 if TYPE_CHECKING:
     from enterprise_rag.generation.prompts import Source
-    from enterprise_rag.workflow.answer import RunState
+    from enterprise_rag.workflow.state import RunState
 
 _WORD = re.compile(r"\w+")
 

@@ -16,8 +16,9 @@ from enterprise_rag.providers.web_search import WebResult
 from enterprise_rag.retrieval.retriever import RetrievalResult
 from enterprise_rag.retrieval.transforms import History
 from enterprise_rag.trace.store import TraceRecorder, TraceStore, new_trace_id, storable_text
-from enterprise_rag.workflow.answer import AnswerWorkflow, RunState
+from enterprise_rag.workflow.answer import AnswerWorkflow
 from enterprise_rag.workflow.llm_calls import LLMCaller
+from enterprise_rag.workflow.state import RunState
 
 if TYPE_CHECKING:
     from enterprise_rag.rag import EnterpriseRAG

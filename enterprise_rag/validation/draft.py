@@ -1,0 +1,62 @@
+"""The review of a draft answer in code, before any model checks it.
+
+Citations are repaired first (a sentence copied from a source gets its label, a
+mis-cited copy is relabelled), then checked: labels exist, factual sentences are
+cited, quotes are found, and every cited sentence is grounded in its sources. A
+second opinion (the generator told the answer is there, with no not-found exit)
+is held to more: its uncited sentences are dropped rather than revised, a number
+it states must be in the sources or the question, and it is never revised, only
+kept or discarded (:attr:`DraftReview.fit_as_second_opinion`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from enterprise_rag.validation.attribution import attribute_citations, reattribute_citations
+from enterprise_rag.validation.citations import CitationReport, check_citations, drop_uncited, says_nothing
+from enterprise_rag.validation.grounding import grounding_feedback, ungrounded_sentences
+from enterprise_rag.validation.numbers import invented_numbers
+
+
+@dataclass(frozen=True)
+class DraftReview:
+    answer: str  # the draft with its citations repaired (and, for a second opinion, uncited sentences dropped)
+    citations: CitationReport
+    attributed: int  # uncited sentences given the label of the source they were copied from
+    relabelled: int  # cited sentences moved to the source that does ground them
+    invented_numbers: list[str]
+    ungrounded: list[str]
+
+    @property
+    def needs_revision(self) -> bool:
+        return not self.citations.ok or bool(self.ungrounded)
+
+    @property
+    def fit_as_second_opinion(self) -> bool:
+        return not self.needs_revision and not self.invented_numbers and not says_nothing(self.answer)
+
+    def feedback(self) -> str:
+        """Lines for the revision prompt."""
+        return "\n".join([self.citations.feedback(), grounding_feedback(self.ungrounded)]).strip()
+
+    def to_trace(self) -> dict[str, object]:
+        return {
+            "ok": self.citations.ok, "attributed_in_code": self.attributed, "relabelled_in_code": self.relabelled,
+            "invented_numbers": self.invented_numbers, "ungrounded": self.ungrounded,
+            "issues": [(i.kind, i.detail) for i in self.citations.issues],
+        }  # fmt: skip
+
+
+def review_draft(answer: str, sources: Mapping[str, str], asked: str, *, second_opinion: bool) -> DraftReview:
+    """Review ``answer`` against ``sources`` (label -> text); ``asked``: the question's words (a follow-up's
+    standalone form included), which an answer may repeat without a source."""
+    answer, attributed = attribute_citations(answer, sources)
+    answer, relabelled = reattribute_citations(answer, sources, asked)
+    report = check_citations(answer, sources)
+    if second_opinion and report.cited_labels:  # told the answer is there, the model pads: drop, not revise
+        answer = drop_uncited(answer, report)
+        report = check_citations(answer, sources)
+    invented = invented_numbers(answer, [*sources.values(), asked]) if second_opinion else []
+    return DraftReview(answer, report, attributed, relabelled, invented, ungrounded_sentences(answer, sources, asked))
