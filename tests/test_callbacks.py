@@ -76,7 +76,10 @@ def test_trace_maps_do_not_grow_with_retrieve_and_query_calls(tenant_rag: Enterp
         assert all(r.ok for r in load.run_threads(tenant_rag, TEAMS, 5, op))
         assert all(r.ok for r in load.run_asyncio(tenant_rag, TEAMS, 2, op))
     after = {name: _entries(model) for name, model in _models(tenant_rag).items()}
-    assert after == before, f"trace maps grew over {TEAMS * 14} calls: {before} -> {after}"
+    # What is left in a map is the tail of the last calls, so it may shrink (seen: grader 2 -> 1); it must not grow.
+    assert all(after[name] <= before[name] for name in before), (
+        f"trace maps grew over {TEAMS * 14} calls: {before} -> {after}"
+    )
 
 
 def test_a_plain_manager_would_have_grown_on_the_same_calls(tenant_rag: EnterpriseRAG) -> None:
