@@ -1,6 +1,7 @@
 """Content words of a text: lower case, no stop words, plural ``-s`` folded.
 
-Shared by the curated web search (BM25 terms) and the grounding check of answers.
+Shared by the curated web search (BM25 terms) and the grounding check of answers; and the
+identifiers a text names (E-4120, LD-7), shared by relevance grading and context refinement.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import re
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_TOKEN = re.compile(r"\w[\w.\-/]*\w|\w", re.UNICODE)
 STOPWORDS = frozenset(
     {
         "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how", "i", "in",
@@ -27,3 +29,9 @@ def terms(text: str) -> list[str]:
             word = word[:-1]
         out.append(word)
     return out
+
+
+def identifiers(text: str) -> set[str]:
+    """Tokens of ``text`` mixing letters and digits (e-4120, ld-7, iso27001), lower case: codes that
+    embeddings barely tell from their neighbours (E-4102). Plain numbers and dates are not identifiers."""
+    return {t for t in _TOKEN.findall(text.lower()) if any(c.isdigit() for c in t) and any(c.isalpha() for c in t)}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from enterprise_rag.generation.prompts import Source
-from enterprise_rag.workflow.sources import refine, rows_in_range
+from enterprise_rag.workflow.sources import refine, rows_in_range, sections_named_as_asked
 
 BANDS = """Use the total to decide what to do with a reflection.
 
@@ -23,6 +23,17 @@ FEES = """| Amount | Fee |
 | $0 - $500 | none |
 | $501 - $5,000 | 1% |
 | $5,001 - $50,000 | 0.5% |"""
+
+
+CODES = """## E-4120 — Daily transfer limit exceeded
+**Fix.** Request a temporary limit increase with form LD-7.
+**Escalate** to the Limits Desk if the payment is time-critical.
+
+## E-5003 — Upstream network timeout
+**Escalate** if the status page shows no incident and fifty timeouts are logged.
+
+## Reporting a new code
+Capture the request ID and open a ticket."""
 
 
 def source(text: str, label: str = "S1") -> Source:
@@ -59,3 +70,15 @@ def test_refine_drops_range_rows_and_unrelated_paragraphs_keeping_the_source(emb
     assert "Practitioner" in s.text and "Apprentice" not in s.text and noise not in s.text
     assert dropped == 4 and (s.label, s.page, s.source) == ("S1", 6, "guide.pdf")
     assert sources[0].text.endswith(noise)  # the caller's sources are not changed
+
+
+def test_sections_headed_by_another_identifier_than_the_asked_one_are_dropped() -> None:
+    text, dropped = sections_named_as_asked("What should I tell a customer who sees E-4120?", CODES)
+    assert dropped == 1 and "E-5003" not in text and "status page" not in text
+    assert "form LD-7" in text and "time-critical" in text and "## Reporting a new code" in text
+
+
+def test_sections_stay_when_no_heading_names_an_identifier_of_the_question() -> None:
+    assert sections_named_as_asked("How do I report an error code?", CODES) == (CODES, 0)  # no identifier asked
+    assert sections_named_as_asked("What does E-4102 mean?", CODES) == (CODES, 0)  # asked code has no section here
+    assert sections_named_as_asked("Is form LD-7 needed for E-9999?", CODES) == (CODES, 0)  # LD-7 only in a body

@@ -32,6 +32,7 @@ from enterprise_rag.errors import LLMError
 from enterprise_rag.generation.prompts import GRADE_RULES, grade_messages, grade_schema
 from enterprise_rag.retrieval.hybrid import query_words
 from enterprise_rag.retrieval.merging import grow_window
+from enterprise_rag.words import identifiers
 from enterprise_rag.workflow.llm_calls import LLMCaller
 
 logger = logging.getLogger(__name__)
@@ -85,11 +86,6 @@ def focus(question: str, text: str, limit: int, relevance: Sequence[float] | Non
         if score > best_score:
             best, best_score = "\n\n".join(window)[:limit], score
     return best
-
-
-def identifiers(text: str) -> set[str]:
-    """Words of ``text`` mixing letters and digits (E-4120, LD-7, ISO27001), not plain numbers or dates."""
-    return {w for w in query_words(text) if any(c.isdigit() for c in w) and any(c.isalpha() for c in w)}
 
 
 def headings(node: NodeWithScore) -> str:

@@ -2,8 +2,9 @@
 
 Refinement drops paragraphs of a kept passage that share no word with the
 question and sit below a similarity floor (one batched embedding call for all
-strips), and the rows of a table keyed by numeric ranges that do not hold a
-number of the question; page, source and date stay with the passage.
+strips), the rows of a table keyed by numeric ranges that do not hold a number
+of the question, and the sections headed by another identifier than the one
+asked about; page, source and date stay with the passage.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from llama_index.core.schema import NodeWithScore
 from enterprise_rag.generation.prompts import Source
 from enterprise_rag.providers.web_search import WebResult
 from enterprise_rag.retrieval.hybrid import query_words
+from enterprise_rag.words import identifiers
 
 _STOP = {"the", "a", "an", "of", "to", "and", "or", "in", "on", "for", "is", "are", "what", "how", "do", "does",
          "i", "we", "our", "my", "it", "be", "with", "which", "who", "when", "that", "this", "can"}  # fmt: skip
@@ -60,11 +62,43 @@ def relabel(sources: list[Source]) -> list[Source]:
 
 
 def refine(question: str, sources: list[Source], embed_model: BaseEmbedding, floor: float) -> tuple[list[Source], int]:
-    """Drop irrelevant paragraphs and range rows inside sources; returns the sources and the strips dropped."""
-    cut = [rows_in_range(question, s.text) for s in sources]
-    trimmed = [replace(s, text=text) for s, (text, _) in zip(sources, cut, strict=True)]
+    """Drop irrelevant paragraphs, range rows and sections inside sources; returns the sources and the strips
+    dropped."""
+    cuts = 0
+    trimmed = []
+    for source in sources:
+        text, rows = rows_in_range(question, source.text)
+        text, sections = sections_named_as_asked(question, text)
+        trimmed.append(replace(source, text=text))
+        cuts += rows + sections
     refined, dropped = _drop_paragraphs(question, trimmed, embed_model, floor)
-    return refined, dropped + sum(rows for _, rows in cut)
+    return refined, dropped + cuts
+
+
+_HEADING = re.compile(r"^\s*#{1,6}\s")
+
+
+def sections_named_as_asked(question: str, text: str) -> tuple[str, int]:
+    """``text`` without its sections headed by an identifier other than the question's; returns the
+    text and the sections dropped.
+
+    Asked about E-4120, the local model took the escalation rule of the next section (E-5003) of
+    the same merged passage into its answer. Only cut when a heading does name an identifier of
+    the question; sections whose heading names no identifier ("Reporting a new code") stay.
+    """
+    asked = identifiers(question)
+    lines = text.split("\n")
+    starts = [i for i, line in enumerate(lines) if _HEADING.match(line)]
+    named = {i: identifiers(lines[i]) for i in starts}
+    if not asked or not any(asked & ids for ids in named.values()):
+        return text, 0
+    drop: set[int] = set()
+    sections = 0
+    for start, end in zip(starts, [*starts[1:], len(lines)], strict=True):
+        if named[start] and not asked & named[start]:
+            drop.update(range(start, end))
+            sections += 1
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop), sections
 
 
 # A table row whose first cell is a closed numeric range: "18-24 | Practitioner", "| $0 - $500 | none |".
