@@ -1,7 +1,8 @@
 """Content words of a text: lower case, no stop words, plural ``-s`` folded.
 
 Shared by the curated web search (BM25 terms) and the grounding check of answers; and the
-identifiers a text names (E-4120, LD-7), shared by relevance grading and context refinement.
+identifiers a text names (E-4120, LD-7) and its heading lines, shared by relevance grading and
+context refinement.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import re
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TOKEN = re.compile(r"\w[\w.\-/]*\w|\w", re.UNICODE)
+_HEADING = re.compile(r"^\s*#{1,6}\s")
 STOPWORDS = frozenset(
     {
         "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how", "i", "in",
@@ -35,3 +37,8 @@ def identifiers(text: str) -> set[str]:
     """Tokens of ``text`` mixing letters and digits (e-4120, ld-7, iso27001), lower case: codes that
     embeddings barely tell from their neighbours (E-4102). Plain numbers and dates are not identifiers."""
     return {t for t in _TOKEN.findall(text.lower()) if any(c.isdigit() for c in t) and any(c.isalpha() for c in t)}
+
+
+def is_heading(line: str) -> bool:
+    """A Markdown heading line, as chunk texts keep them (``## E-4120 - Daily limit``)."""
+    return _HEADING.match(line) is not None

@@ -32,7 +32,7 @@ from enterprise_rag.errors import LLMError
 from enterprise_rag.generation.prompts import GRADE_RULES, grade_messages, grade_schema
 from enterprise_rag.retrieval.hybrid import query_words
 from enterprise_rag.retrieval.merging import grow_window
-from enterprise_rag.words import identifiers
+from enterprise_rag.words import identifiers, is_heading
 from enterprise_rag.workflow.llm_calls import LLMCaller
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def focus(question: str, text: str, limit: int, relevance: Sequence[float] | Non
 
 def headings(node: NodeWithScore) -> str:
     """A passage's breadcrumb and its own heading lines: what it says it is about."""
-    lines = [line for line in node.node.get_content().splitlines() if line.lstrip().startswith("#")]
+    lines = [line for line in node.node.get_content().splitlines() if is_heading(line)]
     return "\n".join([str(node.node.metadata.get("breadcrumb") or ""), *lines])
 
 
@@ -167,6 +167,7 @@ class Grader:
             return grade
         similarity = node.node.metadata.get("similarity")
         named = sorted(asked & identifiers(headings(node)))
+        method: Literal["identifier", "similarity"]
         if named:
             evidence, method = f"its heading names {', '.join(named)}", "identifier"
         elif similarity is not None and similarity >= self._keep_similarity:
@@ -174,7 +175,7 @@ class Grader:
         else:
             return grade
         reason = f"grader said no ({grade.reason[:120]}), but {evidence}"
-        return Grade(grade.node_id, "partial", reason, 0.4, method)  # type: ignore[arg-type]
+        return Grade(grade.node_id, "partial", reason, 0.4, method)
 
     def _ask(self, question: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
         ids = {f"P{i}": n.node.node_id for i, n in enumerate(nodes, 1)}

@@ -19,7 +19,7 @@ from llama_index.core.schema import NodeWithScore
 from enterprise_rag.generation.prompts import Source
 from enterprise_rag.providers.web_search import WebResult
 from enterprise_rag.retrieval.hybrid import query_words
-from enterprise_rag.words import identifiers
+from enterprise_rag.words import identifiers, is_heading
 
 _STOP = {"the", "a", "an", "of", "to", "and", "or", "in", "on", "for", "is", "are", "what", "how", "do", "does",
          "i", "we", "our", "my", "it", "be", "with", "which", "who", "when", "that", "this", "can"}  # fmt: skip
@@ -75,9 +75,6 @@ def refine(question: str, sources: list[Source], embed_model: BaseEmbedding, flo
     return refined, dropped + cuts
 
 
-_HEADING = re.compile(r"^\s*#{1,6}\s")
-
-
 def sections_named_as_asked(question: str, text: str) -> tuple[str, int]:
     """``text`` without its sections headed by an identifier other than the question's; returns the
     text and the sections dropped.
@@ -88,7 +85,7 @@ def sections_named_as_asked(question: str, text: str) -> tuple[str, int]:
     """
     asked = identifiers(question)
     lines = text.split("\n")
-    starts = [i for i, line in enumerate(lines) if _HEADING.match(line)]
+    starts = [i for i, line in enumerate(lines) if is_heading(line)]
     named = {i: identifiers(lines[i]) for i in starts}
     if not asked or not any(asked & ids for ids in named.values()):
         return text, 0
