@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from llama_index.core.llms import ChatMessage, MessageRole
 
-from enterprise_rag.generation.untrusted import fence
+from enterprise_rag.generation.untrusted import as_data, fence
 
 NOT_FOUND_ANSWER = "I could not find this in the documents you have access to."
 
@@ -114,7 +114,7 @@ Reply with the query only, on one line."""
 
 
 def sources_block(sources: list[Source]) -> str:
-    return "\n\n".join(f"{s.header()}\n{fence(s.text)}" for s in sources)
+    return "\n\n".join(f"{s.header()}\n{as_data(s.text)}" for s in sources)
 
 
 def answer_system(sources: list[Source], *, answer_known: bool = False) -> ChatMessage:
@@ -165,7 +165,7 @@ def check_messages(
 
 
 def grade_messages(question: str, passages: list[tuple[str, str]]) -> list[ChatMessage]:
-    listing = "\n\n".join(f"[{pid}]\n{fence(text)}" for pid, text in passages)
+    listing = "\n\n".join(f"[{pid}]\n{as_data(text)}" for pid, text in passages)
     body = f"Question: {question}\n\n<passages>\n{listing}\n</passages>\n\nGrade every passage by its id."
     return [ChatMessage(role=MessageRole.SYSTEM, content=GRADE_RULES), user("grade", body)]
 

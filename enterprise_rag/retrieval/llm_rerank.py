@@ -25,7 +25,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from enterprise_rag.correction.grading import focus
 from enterprise_rag.errors import LLMError
 from enterprise_rag.generation.prompts import user
-from enterprise_rag.generation.untrusted import fence
+from enterprise_rag.generation.untrusted import as_data
 from enterprise_rag.workflow.llm_calls import LLMCaller
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def rerank_schema(passage_ids: list[str]) -> dict[str, object]:
 
 
 def rerank_messages(question: str, passages: list[tuple[str, str]]) -> list[ChatMessage]:
-    listing = "\n\n".join(f"[{pid}]\n{fence(text)}" for pid, text in passages)
+    listing = "\n\n".join(f"[{pid}]\n{as_data(text)}" for pid, text in passages)
     body = f"Question: {question}\n\n<passages>\n{listing}\n</passages>\n\nScore every passage by its id."
     return [ChatMessage(role=MessageRole.SYSTEM, content=RERANK_RULES), user("rerank", body)]
 
