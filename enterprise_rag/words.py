@@ -1,8 +1,8 @@
 """Content words of a text: lower case, no stop words, plural ``-s`` folded.
 
 Shared by the curated web search (BM25 terms) and the grounding check of answers; and the
-identifiers a text names (E-4120, LD-7) and its heading lines, shared by relevance grading and
-context refinement.
+identifiers and acronyms a text names (E-4120, LD-7, VPN) and its heading lines, shared by relevance
+grading and context refinement.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import re
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TOKEN = re.compile(r"\w[\w.\-/]*\w|\w", re.UNICODE)
 _HEADING = re.compile(r"^\s*#{1,6}\s")
+_ACRONYM = re.compile(r"\b[A-Z]{2,6}\b")
 STOPWORDS = frozenset(
     {
         "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how", "i", "in",
@@ -37,6 +38,12 @@ def identifiers(text: str) -> set[str]:
     """Tokens of ``text`` mixing letters and digits (e-4120, ld-7, iso27001), lower case: codes that
     embeddings barely tell from their neighbours (E-4102). Plain numbers and dates are not identifiers."""
     return {t for t in _TOKEN.findall(text.lower()) if any(c.isdigit() for c in t) and any(c.isalpha() for c in t)}
+
+
+def acronyms(text: str) -> set[str]:
+    """Upper-case words of two to six letters (VPN, KYC, AML), lower case: the names of the systems and
+    policies whole documents are about, which a heading uses as it is and a question repeats."""
+    return {t.lower() for t in _ACRONYM.findall(text)}
 
 
 def is_heading(line: str) -> bool:

@@ -143,3 +143,26 @@ def test_a_no_on_a_passage_headed_by_the_questions_identifier_becomes_partial(ra
         "crumb": ("partial", "identifier"),
     }  # fmt: skip
     assert "e-4120" in grades["named"].reason
+
+
+def test_a_no_on_a_passage_headed_by_the_questions_acronym_becomes_partial(rag: EnterpriseRAG) -> None:
+    """An acronym of the question in the title overrules a "no"; another acronym or the word in the body does not."""
+    passages = {
+        "titled": "## 2. Installing the client\nOpen the Company Portal and install SecureLink.",
+        "other": "## SSO sign-in\nUse your single sign-on password.",
+        "body": "## Working abroad\nSome countries block the VPN; ask the Service Desk first.",
+    }
+    nodes = [NodeWithScore(node=TextNode(id_=k, text=v), score=1.0) for k, v in passages.items()]
+    nodes[0].node.metadata["breadcrumb"] = "VPN Setup Guide"
+
+    def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        ids = kwargs["response_format"]["json_schema"]["schema"]["required"]
+        return {pid: {"evidence": "none", "answers": "no"} for pid in ids}
+
+    grader = Grader(rag.db, LLMCaller({"grader": ScriptedLLM({"grade": grade})}), floor=0.0, keep_similarity=1.0,
+                    passage_chars=400)  # fmt: skip
+    grades = {g.node_id: g for g in grader.grade("How do I set up the VPN on my new laptop?", nodes)}
+    assert {k: (g.grade, g.method) for k, g in grades.items()} == {
+        "titled": ("partial", "identifier"), "other": ("no", "llm"), "body": ("no", "llm"),
+    }  # fmt: skip
+    assert "vpn" in grades["titled"].reason

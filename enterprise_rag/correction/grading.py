@@ -10,8 +10,10 @@ A small grader model is unreliable in one direction above all: it answers
 is therefore downgraded to ``partial`` (never upgraded to yes) where retrieval
 has strong evidence of its own: a dense similarity at or above ``keep_similarity``,
 or a heading that names an identifier of the question (E-4120, LD-7), which
-embeddings barely tell from its neighbours (E-4102). The passage reaches the
-generator, which still says plainly when it holds no answer.
+embeddings barely tell from its neighbours (E-4102), or an acronym of it (the
+grader said no to every section of the "VPN Setup Guide" for "How do I set up
+the VPN on my new laptop?"). The passage reaches the generator, which still says
+plainly when it holds no answer.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from enterprise_rag.errors import LLMError
 from enterprise_rag.generation.prompts import GRADE_RULES, grade_messages, grade_schema
 from enterprise_rag.retrieval.hybrid import query_words
 from enterprise_rag.retrieval.merging import grow_window
-from enterprise_rag.words import identifiers, is_heading
+from enterprise_rag.words import acronyms, identifiers, is_heading
 from enterprise_rag.workflow.llm_calls import LLMCaller
 
 logger = logging.getLogger(__name__)
@@ -94,6 +96,11 @@ def headings(node: NodeWithScore) -> str:
     return "\n".join([str(node.node.metadata.get("breadcrumb") or ""), *lines])
 
 
+def names(text: str) -> set[str]:
+    """The codes and acronyms ``text`` names: what a heading and a question must share to overrule a "no"."""
+    return identifiers(text) | acronyms(text)
+
+
 def evidence_found(evidence: str, passage: str) -> bool:
     """Whether the quoted evidence really is in the passage (small models invent it)."""
     words = [w for w in query_words(evidence) if len(w) > 2]
@@ -138,7 +145,7 @@ class Grader:
     def grade(self, question: str, nodes: list[NodeWithScore]) -> list[Grade]:
         """Grades in the order of ``nodes``."""
         # The prompt and how passages are cut to fit it are part of the key: a change must not reuse old grades.
-        view = "dense+codes" if self._embed_model is not None else "words"
+        view = ("dense+codes" if self._embed_model is not None else "words") + "+withheld"
         model = f"{self._caller.model_id('grader')}|{_digest(GRADE_RULES)[:12]}|{view}"
         qhash = _digest(question.strip().lower())
         grades: dict[str, Grade] = {}
@@ -157,16 +164,16 @@ class Grader:
             fresh = self._ask(question, pending)
             grades.update(fresh)
             self._store(qhash, model, [n for n in pending if grades[n.node.node_id].method == "llm"], grades)
-        asked = identifiers(question)
+        asked = names(question)
         return [self._doubt_no(grades[n.node.node_id], n, asked) for n in nodes]
 
     def _doubt_no(self, grade: Grade, node: NodeWithScore, asked: set[str]) -> Grade:
-        """A grader "no" on a strong dense match, or on a passage headed by an identifier the question
-        names, becomes partial (see the module docstring)."""
+        """A grader "no" on a strong dense match, or on a passage headed by an identifier or acronym the
+        question names, becomes partial (see the module docstring)."""
         if grade.grade != "no" or grade.method == "floor":
             return grade
         similarity = node.node.metadata.get("similarity")
-        named = sorted(asked & identifiers(headings(node)))
+        named = sorted(asked & names(headings(node)))
         method: Literal["identifier", "similarity"]
         if named:
             evidence, method = f"its heading names {', '.join(named)}", "identifier"
