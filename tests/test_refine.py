@@ -5,6 +5,7 @@ Runs with the real local embedding model; page, source and label stay with each 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from enterprise_rag.generation.prompts import Source
@@ -70,6 +71,16 @@ def test_refine_drops_range_rows_and_unrelated_paragraphs_keeping_the_source(emb
     assert "Practitioner" in s.text and "Apprentice" not in s.text and noise not in s.text
     assert dropped == 4 and (s.label, s.page, s.source) == ("S1", 6, "guide.pdf")
     assert sources[0].text.endswith(noise)  # the caller's sources are not changed
+
+
+def test_the_corpus_source_closest_to_the_question_becomes_s1_and_web_sources_stay_last(embed_model: Any) -> None:
+    connecting = source("Enter your SSO password. The VPN uses the same password as your email.", "S1")
+    before = source("There is no shared VPN password. Every connection is tied to one person's account.", "S2")
+    web = replace(source("A shared VPN password is common in small offices.", "S3"), kind="web")
+    refined, _ = refine("What is the shared VPN password?", [connecting, web, before], embed_model, floor=0.1)
+    assert [(s.label, s.kind, s.text[:14]) for s in refined] == [
+        ("S1", "corpus", "There is no sh"), ("S2", "corpus", "Enter your SSO"), ("S3", "web", "A shared VPN p"),
+    ]  # fmt: skip
 
 
 def test_sections_headed_by_another_identifier_than_the_asked_one_are_dropped() -> None:
