@@ -38,3 +38,18 @@ def test_a_second_opinion_loses_its_padding_and_is_unfit_with_an_invented_number
     second = review_draft(f"{COPIED} [S1] Refunds arrive within 45 days. [S2]", SOURCES, QUESTION,
                           second_opinion=True)  # fmt: skip
     assert second.invented_numbers == ["45"] and not second.fit_as_second_opinion
+
+
+def test_a_left_out_part_of_a_two_part_question_asks_for_a_revision_naming_it() -> None:
+    sources = {
+        "S1": "Total score | Band | Suggested next step\n18-24 | Practitioner | Strengthen your lowest dimension."
+    }
+    question = "My reflection scored 21. Which band is that, and what should I do next?"
+    band_only = review_draft("A score of 21 is in the Practitioner band. [S1]", sources, question, second_opinion=False)
+    assert band_only.unanswered == ["what should I do next?"] and band_only.needs_revision
+    assert "does not address this part of the question: what should I do next?" in band_only.feedback()
+    both = "A score of 21 is in the Practitioner band. [S1] Next, strengthen your lowest dimension. [S1]"
+    assert review_draft(both, sources, question, second_opinion=False).unanswered == []
+    # never asked of a second opinion, which is kept or dropped but not revised
+    assert review_draft("A score of 21 is in the Practitioner band. [S1]", sources, question,
+                        second_opinion=True).unanswered == []  # fmt: skip

@@ -510,6 +510,20 @@ def test_uncited_answer_is_revised_once(make_rag: MakeRag) -> None:
     assert "Problems found" in revise_prompt
 
 
+def test_a_left_out_part_of_a_two_part_question_is_asked_for_in_one_revision(make_rag: MakeRag) -> None:
+    both = ("Every employee receives 27 days of paid vacation per calendar year. [S1] "
+            "Unused vacation days carry over until March 31 of the following year. [S1]")  # fmt: skip
+    generator, grader = llms(revise=both)
+    rag = make_rag(generator, grader)
+    res = rag.query(f"{QUESTION[:-1]}, and what if some are unused?", user=ALICE)
+    assert generator.count("generate") == 1 and generator.count("revise") == 1
+    assert "this part of the question: what if some are unused?" in generator.calls[-1][1][-1].content
+    assert "March 31" in res.answer and FACT in res.answer
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    assert [c["unanswered"] for c in step_data(trace, "citations")] == [["what if some are unused?"], []]
+
+
 def test_sentence_copied_from_a_source_is_attributed_in_code_without_revision(make_rag: MakeRag) -> None:
     generator, grader = llms(generate="Every employee receives 27 days of paid vacation per calendar year.")
     rag = make_rag(generator, grader)

@@ -2,7 +2,8 @@
 
 Citations are repaired first (a sentence copied from a source gets its label, a
 mis-cited copy is relabelled), then checked: labels exist, factual sentences are
-cited, quotes are found, and every cited sentence is grounded in its sources. A
+cited, quotes are found, and every cited sentence is grounded in its sources; and
+no part of a many-part question is left out while the sources speak to it. A
 second opinion (the generator told the answer is there, with no not-found exit)
 is held to more: its uncited sentences are dropped rather than revised, a number
 it states must be in the sources or the question, and it is never revised, only
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from enterprise_rag.validation.attribution import attribute_citations, reattribute_citations
 from enterprise_rag.validation.citations import CitationReport, check_citations, drop_uncited, says_nothing
+from enterprise_rag.validation.coverage import unanswered_parts
 from enterprise_rag.validation.grounding import grounding_feedback, ungrounded_sentences
 from enterprise_rag.validation.numbers import invented_numbers
 
@@ -28,10 +30,11 @@ class DraftReview:
     relabelled: int  # cited sentences moved to the source that does ground them
     invented_numbers: list[str]
     ungrounded: list[str]
+    unanswered: list[str]  # parts of the question left out (never asked of a second opinion)
 
     @property
     def needs_revision(self) -> bool:
-        return not self.citations.ok or bool(self.ungrounded)
+        return not self.citations.ok or bool(self.ungrounded) or bool(self.unanswered)
 
     @property
     def fit_as_second_opinion(self) -> bool:
@@ -39,19 +42,26 @@ class DraftReview:
 
     def feedback(self) -> str:
         """Lines for the revision prompt."""
-        return "\n".join([self.citations.feedback(), grounding_feedback(self.ungrounded)]).strip()
+        left_out = [
+            f"The answer does not address this part of the question: {part} Add what the sources say about it."
+            for part in self.unanswered
+        ]
+        return "\n".join([self.citations.feedback(), grounding_feedback(self.ungrounded), *left_out]).strip()
 
     def to_trace(self) -> dict[str, object]:
         return {
             "ok": self.citations.ok, "attributed_in_code": self.attributed, "relabelled_in_code": self.relabelled,
-            "invented_numbers": self.invented_numbers, "ungrounded": self.ungrounded,
+            "invented_numbers": self.invented_numbers, "ungrounded": self.ungrounded, "unanswered": self.unanswered,
             "issues": [(i.kind, i.detail) for i in self.citations.issues],
         }  # fmt: skip
 
 
-def review_draft(answer: str, sources: Mapping[str, str], asked: str, *, second_opinion: bool) -> DraftReview:
-    """Review ``answer`` against ``sources`` (label -> text); ``asked``: the question's words (a follow-up's
-    standalone form included), which an answer may repeat without a source."""
+def review_draft(
+    answer: str, sources: Mapping[str, str], question: str, *, second_opinion: bool, rephrased: str = ""
+) -> DraftReview:
+    """Review ``answer`` to ``question`` against ``sources`` (label -> text). The words of the question and of
+    its ``rephrased`` form (a follow-up as asked, or its rewrite) may be repeated without a source."""
+    asked = f"{question}\n{rephrased}"
     answer, attributed = attribute_citations(answer, sources)
     answer, relabelled = reattribute_citations(answer, sources, asked)
     report = check_citations(answer, sources)
@@ -59,4 +69,6 @@ def review_draft(answer: str, sources: Mapping[str, str], asked: str, *, second_
         answer = drop_uncited(answer, report)
         report = check_citations(answer, sources)
     invented = invented_numbers(answer, [*sources.values(), asked]) if second_opinion else []
-    return DraftReview(answer, report, attributed, relabelled, invented, ungrounded_sentences(answer, sources, asked))
+    unanswered = [] if second_opinion else unanswered_parts(question, answer, sources.values())
+    ungrounded = ungrounded_sentences(answer, sources, asked)
+    return DraftReview(answer, report, attributed, relabelled, invented, ungrounded, unanswered)

@@ -148,7 +148,7 @@ class AnswerWorkflow(Workflow):
         ungraded = [n for nid, n in s.candidates.items() if nid not in s.grades]
         if ungraded:
             grader: Grader = self.deps.grader(self.caller)
-            for g in await _to_thread(grader.grade, s.question if not s.history else s.query, ungraded):
+            for g in await _to_thread(grader.grade, s.answered, ungraded):
                 s.grades[g.node_id] = g
         s.decision = decide(list(s.grades.values()), min_yes=self.cfg.min_yes)
         self._trace("grade", t0, grades=[g.to_dict() for g in s.grades.values()], decision=s.decision.decision,
@@ -241,12 +241,11 @@ class AnswerWorkflow(Workflow):
     async def generate(self, ev: Generate) -> Drafted:
         t0 = time.perf_counter()
         s = self.s
-        question = s.query if s.history else s.question
         if ev.feedback:
-            name, messages = "revise", prompts.revise_messages(s.sources, question, s.answer, ev.feedback)
+            name, messages = "revise", prompts.revise_messages(s.sources, s.answered, s.answer, ev.feedback)
         else:
             name = "reconsider" if s.second_opinion else "generate"
-            messages = prompts.generate_messages(s.sources, question, answer_known=s.second_opinion)
+            messages = prompts.generate_messages(s.sources, s.answered, answer_known=s.second_opinion)
         try:
             reply = await self.caller.acall("generator", name, messages, max_tokens=self.cfg.answer_max_tokens)
         except LLMError:
@@ -274,8 +273,9 @@ class AnswerWorkflow(Workflow):
             # The generator is the last relevance judge: no answer in the kept sources is a fallback.
             self._trace("citations", t0, not_found=True)
             return self._generator_found_nothing()
-        asked = f"{s.question}\n{s.query}"  # a follow-up's words may come from its standalone form
-        review = review_draft(ev.answer, {x.label: x.text for x in s.sources}, asked, second_opinion=s.second_opinion)
+        rephrased = s.question if s.history else s.query  # its words, too, may be repeated without a source
+        sources = {x.label: x.text for x in s.sources}
+        review = review_draft(ev.answer, sources, s.answered, second_opinion=s.second_opinion, rephrased=rephrased)
         s.answer = review.answer
         self._trace("citations", t0, **review.to_trace())
         if s.second_opinion and not review.fit_as_second_opinion:
@@ -311,12 +311,11 @@ class AnswerWorkflow(Workflow):
     async def check(self, ev: CitationsChecked) -> Generate | Rewrite | WebFallback | StopEvent:
         t0 = time.perf_counter()
         s = self.s
-        question = s.query if s.history else s.question
         try:
             reply = await self.caller.acall(
                 "grader",
                 "check",
-                prompts.check_messages(s.sources, question, ev.answer, answer_known=s.second_opinion),
+                prompts.check_messages(s.sources, s.answered, ev.answer, answer_known=s.second_opinion),
                 max_tokens=self.cfg.check_max_tokens,
                 schema=prompts.CHECK_SCHEMA,
             )

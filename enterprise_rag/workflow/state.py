@@ -41,3 +41,8 @@ class RunState:
     not_found_from: list[frozenset[str]] = field(default_factory=list)  # source sets with no answer in them
     second_opinion: bool = False  # the current draft is the second opinion (see the module docstring)
     second_opinion_asked: bool = False  # at most one per query
+
+    @property
+    def answered(self) -> str:
+        """The question generation answers: a follow-up's standalone form, else the question as asked."""
+        return self.query if self.history else self.question
