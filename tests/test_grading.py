@@ -119,6 +119,17 @@ def test_a_paragraph_holding_a_code_of_the_question_is_shown_first(rag: Enterpri
     assert target in prompts[0] and decoy not in prompts[0]
 
 
+def grader_saying_no(rag: EnterpriseRAG) -> Grader:
+    """A grader whose model says no to every passage, with the similarity doubt out of the way."""
+
+    def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        ids = kwargs["response_format"]["json_schema"]["schema"]["required"]
+        return {pid: {"evidence": "none", "answers": "no"} for pid in ids}
+
+    return Grader(rag.db, LLMCaller({"grader": ScriptedLLM({"grade": grade})}), floor=0.0, keep_similarity=1.0,
+                  passage_chars=400)  # fmt: skip
+
+
 def test_a_no_on_a_passage_headed_by_the_questions_identifier_becomes_partial(rag: EnterpriseRAG) -> None:
     """Only an exact identifier in a heading overrules the grader: not a near code, not a mention in the body."""
     question = "What should I tell a customer who sees E-4120 when sending a payment?"
@@ -131,13 +142,7 @@ def test_a_no_on_a_passage_headed_by_the_questions_identifier_becomes_partial(ra
     nodes = [NodeWithScore(node=TextNode(id_=k, text=v), score=1.0) for k, v in passages.items()]
     nodes[3].node.metadata["breadcrumb"] = "Error Codes > E-4120 - Daily transfer limit exceeded"
 
-    def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        ids = kwargs["response_format"]["json_schema"]["schema"]["required"]
-        return {pid: {"evidence": "none", "answers": "no"} for pid in ids}
-
-    grader = Grader(rag.db, LLMCaller({"grader": ScriptedLLM({"grade": grade})}), floor=0.0, keep_similarity=1.0,
-                    passage_chars=400)  # fmt: skip
-    grades = {g.node_id: g for g in grader.grade(question, nodes)}
+    grades = {g.node_id: g for g in grader_saying_no(rag).grade(question, nodes)}
     assert {k: (g.grade, g.method) for k, g in grades.items()} == {
         "named": ("partial", "identifier"), "near": ("no", "llm"), "mention": ("no", "llm"),
         "crumb": ("partial", "identifier"),
@@ -155,13 +160,8 @@ def test_a_no_on_a_passage_headed_by_the_questions_acronym_becomes_partial(rag: 
     nodes = [NodeWithScore(node=TextNode(id_=k, text=v), score=1.0) for k, v in passages.items()]
     nodes[0].node.metadata["breadcrumb"] = "VPN Setup Guide"
 
-    def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        ids = kwargs["response_format"]["json_schema"]["schema"]["required"]
-        return {pid: {"evidence": "none", "answers": "no"} for pid in ids}
-
-    grader = Grader(rag.db, LLMCaller({"grader": ScriptedLLM({"grade": grade})}), floor=0.0, keep_similarity=1.0,
-                    passage_chars=400)  # fmt: skip
-    grades = {g.node_id: g for g in grader.grade("How do I set up the VPN on my new laptop?", nodes)}
+    question = "How do I set up the VPN on my new laptop?"
+    grades = {g.node_id: g for g in grader_saying_no(rag).grade(question, nodes)}
     assert {k: (g.grade, g.method) for k, g in grades.items()} == {
         "titled": ("partial", "identifier"), "other": ("no", "llm"), "body": ("no", "llm"),
     }  # fmt: skip
