@@ -131,13 +131,15 @@ def user(task: str, body: str) -> ChatMessage:
 def generate_messages(sources: list[Source], question: str, *, answer_known: bool = False) -> list[ChatMessage]:
     """The task line is short on purpose: the local 1.5B model answered "not found" to a source that
     held the answer when told to "name every item, amount and deadline" (9 scenario questions with
-    their retrieved sources: content right in 8 with this line, 6 with that one)."""
+    their retrieved sources: content right in 8 with this line, 6 with that one). "and the options the
+    sources list for it" made it name the accepted documents under "a government-issued photo ID"
+    (KYC), with no other first draft of the 14 scenario answer prompts changing its verdict."""
     return [
         answer_system(sources, answer_known=answer_known),
         user(
             "reconsider" if answer_known else "generate",
             f"Question: {question}\nAnswer from the sources with a citation after each sentence; "
-            "if the answer is a list, give every item.",
+            "if the answer is a list, give every item, and the options the sources list for it.",
         ),
     ]
 
