@@ -53,3 +53,15 @@ def test_a_left_out_part_of_a_two_part_question_asks_for_a_revision_naming_it() 
     # never asked of a second opinion, which is kept or dropped but not revised
     assert review_draft("A score of 21 is in the Practitioner band. [S1]", sources, question,
                         second_opinion=True).unanswered == []  # fmt: skip
+
+
+def test_a_second_opinion_saying_the_sources_lack_the_answer_is_unfit_whatever_it_kept() -> None:
+    sources = {"S1": "Northwind Finance reimburses reasonable costs that employees incur while doing their jobs."}
+    padded = (
+        "[S1] Northwind Finance is a company that reimburses costs. The CEO of Northwind Finance is not listed in "
+        "the provided information. The sources do not provide any information about the current CEO."
+    )
+    review = review_draft(padded, sources, "Who is the CEO of Northwind Finance?", second_opinion=True)
+    assert review.admits_not_found and not review.fit_as_second_opinion
+    first_draft = review_draft(padded, sources, "Who is the CEO of Northwind Finance?", second_opinion=False)
+    assert not first_draft.admits_not_found  # a first draft may say what the sources lack next to what they say

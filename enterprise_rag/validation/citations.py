@@ -41,6 +41,10 @@ NOT_FOUND_PHRASES: tuple[str, ...] = (
     "do not contain",
     "does not contain",
     "not found",
+    "not mentioned in",
+    "not listed in",
+    "not provided in",
+    "provide any information",
 )
 
 _LABEL = r"[Ss]\s*\d+"
@@ -274,6 +278,12 @@ def _units(text: str) -> list[_Unit]:
 def split_sentences(text: str) -> list[str]:
     """Answer-aware units: lines and list items never merge; abbreviations/decimals/codes never split."""
     return [u.text for u in _units(text)]
+
+
+def states_not_found(text: str) -> bool:
+    """Whether ``text`` says the sources lack the answer ("I could not find ...", "... is not mentioned in ...")."""
+    normalised = normalise(text)
+    return any(p in normalised for p in NOT_FOUND_PHRASES)
 
 
 def says_nothing(text: str) -> bool:

@@ -5,9 +5,12 @@ mis-cited copy is relabelled), then checked: labels exist, factual sentences are
 cited, quotes are found, and every cited sentence is grounded in its sources; and
 no part of a many-part question is left out while the sources speak to it. A
 second opinion (the generator told the answer is there, with no not-found exit)
-is held to more: its uncited sentences are dropped rather than revised, a number
-it states must be in the sources or the question, and it is never revised, only
-kept or discarded (:attr:`DraftReview.fit_as_second_opinion`).
+is held to more: its uncited sentences are dropped rather than revised, a sentence
+of it saying the sources lack the answer makes it a not-found ("[S1] Northwind
+Finance is a company that operates in the financial industry. The sources do not
+provide any information about the current CEO."), a number it states must be in
+the sources or the question, and it is never revised, only kept or discarded
+(:attr:`DraftReview.fit_as_second_opinion`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from enterprise_rag.validation.attribution import attribute_citations, reattribute_citations
-from enterprise_rag.validation.citations import CitationReport, check_citations, drop_uncited, says_nothing
+from enterprise_rag.validation.citations import (
+    CitationReport,
+    check_citations,
+    drop_uncited,
+    says_nothing,
+    states_not_found,
+)
 from enterprise_rag.validation.coverage import unanswered_parts
 from enterprise_rag.validation.grounding import grounding_feedback, ungrounded_sentences
 from enterprise_rag.validation.numbers import invented_numbers
@@ -31,6 +40,7 @@ class DraftReview:
     invented_numbers: list[str]
     ungrounded: list[str]
     unanswered: list[str]  # parts of the question left out (never asked of a second opinion)
+    admits_not_found: bool = False  # a second opinion with a "the sources do not say" sentence
 
     @property
     def needs_revision(self) -> bool:
@@ -38,7 +48,12 @@ class DraftReview:
 
     @property
     def fit_as_second_opinion(self) -> bool:
-        return not self.needs_revision and not self.invented_numbers and not says_nothing(self.answer)
+        return (
+            not self.needs_revision
+            and not self.invented_numbers
+            and not self.admits_not_found
+            and not says_nothing(self.answer)
+        )
 
     def feedback(self) -> str:
         """Lines for the revision prompt."""
@@ -52,6 +67,7 @@ class DraftReview:
         return {
             "ok": self.citations.ok, "attributed_in_code": self.attributed, "relabelled_in_code": self.relabelled,
             "invented_numbers": self.invented_numbers, "ungrounded": self.ungrounded, "unanswered": self.unanswered,
+            "admits_not_found": self.admits_not_found,
             "issues": [(i.kind, i.detail) for i in self.citations.issues],
         }  # fmt: skip
 
@@ -65,10 +81,11 @@ def review_draft(
     answer, attributed = attribute_citations(answer, sources)
     answer, relabelled = reattribute_citations(answer, sources, asked)
     report = check_citations(answer, sources)
+    admits_not_found = second_opinion and states_not_found(answer)
     if second_opinion and report.cited_labels:  # told the answer is there, the model pads: drop, not revise
         answer = drop_uncited(answer, report)
         report = check_citations(answer, sources)
     invented = invented_numbers(answer, [*sources.values(), asked]) if second_opinion else []
     unanswered = [] if second_opinion else unanswered_parts(question, answer, sources.values())
     ungrounded = ungrounded_sentences(answer, sources, asked)
-    return DraftReview(answer, report, attributed, relabelled, invented, ungrounded, unanswered)
+    return DraftReview(answer, report, attributed, relabelled, invented, ungrounded, unanswered, admits_not_found)

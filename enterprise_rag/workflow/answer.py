@@ -34,7 +34,7 @@ from enterprise_rag.errors import LLMError, WebSearchError
 from enterprise_rag.generation import prompts
 from enterprise_rag.generation.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.retrieval.transforms import _STANDALONE, history_text
-from enterprise_rag.validation.citations import NOT_FOUND_PHRASES, cited_labels, normalise, says_nothing
+from enterprise_rag.validation.citations import cited_labels, says_nothing, states_not_found
 from enterprise_rag.validation.draft import review_draft
 from enterprise_rag.validation.support import UNKNOWN, verdict_from_check
 from enterprise_rag.workflow.llm_calls import LLMCaller
@@ -263,7 +263,7 @@ class AnswerWorkflow(Workflow):
     async def citations(self, ev: Drafted) -> Generate | CitationsChecked | Rewrite | WebFallback | StopEvent:
         t0 = time.perf_counter()
         s = self.s
-        if (_is_not_found(ev.answer) and not cited_labels(ev.answer)) or says_nothing(ev.answer):  # labels only
+        if (states_not_found(ev.answer) and not cited_labels(ev.answer)) or says_nothing(ev.answer):  # labels only
             if self._second_opinion_due():
                 s.second_opinion = s.second_opinion_asked = True
                 self._trace(
@@ -338,11 +338,6 @@ class AnswerWorkflow(Workflow):
             s.usefulness_retries += 1
             return Rewrite(reason="the answer does not address the question")
         return self._done(ev.answer)
-
-
-def _is_not_found(answer: str) -> bool:
-    text = normalise(answer)
-    return any(p in text for p in NOT_FOUND_PHRASES)
 
 
 async def _to_thread(fn: Any, *args: Any) -> Any:
