@@ -263,6 +263,18 @@ def test_attribution_adds_the_label_of_the_source_a_sentence_was_copied_from() -
     assert zero == 0 and kept == "The VPN needs a hardware key [S2]."
 
 
+def test_attribution_looks_past_a_reporting_frame() -> None:
+    from enterprise_rag.validation.attribution import attribute_citations
+
+    sources = {"S1": "There is **no shared VPN password**. Every connection is tied to one person's account."}
+    for framed in ["The sources state that there is no shared VPN password.",
+                   "According to the documents, there is no shared VPN password."]:  # fmt: skip
+        answer, added = attribute_citations(framed, sources)
+        assert added == 1 and answer == f"{framed} [S1]"
+    invented, none = attribute_citations("The sources state that the VPN password is changed monthly.", sources)
+    assert none == 0 and "[S" not in invented
+
+
 def test_drop_uncited_removes_only_the_uncited_sentences() -> None:
     sources = {"S1": "The fix is to rotate the signing key."}
     answer = "Rotate the signing key. [S1] This is a common cause of the error. Then retry the call. [S1]"

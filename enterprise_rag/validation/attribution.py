@@ -5,7 +5,9 @@ label, or put the label of a neighbouring source. A sentence without a label
 whose content words are (almost) all in one source is attributed to that
 source, and so is a labelled sentence its cited sources do not ground (see
 :mod:`enterprise_rag.validation.grounding`); everything else is left for the
-checks to flag. The support check still verifies every claim afterwards.
+checks to flag. A reporting frame is not part of the copy: "The sources state
+that there is no shared VPN password." is matched on "there is no shared VPN
+password". The support check still verifies every claim afterwards.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from enterprise_rag.validation.grounding import MIN_SHARE, grounded_share
 
 _WORD = re.compile(r"[\w'-]+")
 _MIN_WORDS = 4
+_REPORTING_FRAME = re.compile(
+    r"^\s*(?:according\s+to\s+(?:the\s+)?(?:sources?|documents?)\s*,\s*"
+    r"|(?:the\s+)?(?:sources?|documents?)\s+(?:state|say|mention|note|explain)s?\s+(?:that\s+)?)",
+    re.IGNORECASE,
+)
 
 
 def _words(text: str) -> set[str]:
@@ -26,7 +33,7 @@ def _words(text: str) -> set[str]:
 
 def best_source(sentence: str, sources: Mapping[str, str], threshold: float) -> str | None:
     """The label of the source containing at least ``threshold`` of the sentence's words, if one does."""
-    words = _words(sentence)
+    words = _words(_REPORTING_FRAME.sub("", sentence))
     if len(words) < _MIN_WORDS:
         return None
     scores = {label: len(words & _words(text)) / len(words) for label, text in sources.items()}
