@@ -40,7 +40,7 @@ class DraftReview:
     invented_numbers: list[str]
     ungrounded: list[str]
     unanswered: list[str]  # parts of the question left out (never asked of a second opinion)
-    admits_not_found: bool = False  # a second opinion with a "the sources do not say" sentence
+    admits_not_found: bool  # a second opinion with a "the sources do not say" sentence
 
     @property
     def needs_revision(self) -> bool:
