@@ -46,6 +46,11 @@ def acronyms(text: str) -> set[str]:
     return {t.lower() for t in _ACRONYM.findall(text)}
 
 
+def names(text: str) -> set[str]:
+    """The codes and acronyms ``text`` names: what a heading and a question share when they are about one thing."""
+    return identifiers(text) | acronyms(text)
+
+
 def is_heading(line: str) -> bool:
     """A Markdown heading line, as chunk texts keep them (``## E-4120 - Daily limit``)."""
     return _HEADING.match(line) is not None

@@ -34,7 +34,7 @@ from enterprise_rag.errors import LLMError
 from enterprise_rag.generation.prompts import GRADE_RULES, grade_messages, grade_schema
 from enterprise_rag.retrieval.hybrid import query_words
 from enterprise_rag.retrieval.merging import grow_window
-from enterprise_rag.words import acronyms, identifiers, is_heading
+from enterprise_rag.words import is_heading, names
 from enterprise_rag.workflow.llm_calls import LLMCaller
 
 logger = logging.getLogger(__name__)
@@ -94,11 +94,6 @@ def headings(node: NodeWithScore) -> str:
     """A passage's breadcrumb and its own heading lines: what it says it is about."""
     lines = [line for line in node.node.get_content().splitlines() if is_heading(line)]
     return "\n".join([str(node.node.metadata.get("breadcrumb") or ""), *lines])
-
-
-def names(text: str) -> set[str]:
-    """The codes and acronyms ``text`` names: what a heading and a question must share to overrule a "no"."""
-    return identifiers(text) | acronyms(text)
 
 
 def evidence_found(evidence: str, passage: str) -> bool:
