@@ -25,11 +25,11 @@ from _common import SHARED, fresh_database, temp_data_dir
 from llama_index.core.llms import ChatMessage, MessageRole
 
 from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.answer.sources import corpus_sources
 from enterprise_rag.config import load_settings
-from enterprise_rag.correction.grading import focus
-from enterprise_rag.db.embedded import start_embedded, stop_embedded
-from enterprise_rag.generation import prompts
-from enterprise_rag.workflow.sources import corpus_sources
+from enterprise_rag.llm import prompts
+from enterprise_rag.retrieval.windows import focus
+from enterprise_rag.store.embedded import start_embedded, stop_embedded
 
 SCENARIOS = SHARED / "scenarios"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for the suite's matching rules

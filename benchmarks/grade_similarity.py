@@ -18,8 +18,8 @@ from pathlib import Path
 from _common import SCIFACT, temp_data_dir
 from retrieval import PUBLIC, scifact_rag
 
-from enterprise_rag.db.embedded import start_embedded
 from enterprise_rag.evaluation import load_beir
+from enterprise_rag.store.embedded import start_embedded
 
 
 def main() -> None:

@@ -22,9 +22,9 @@ from _common import fresh_database, iter_scifact, temp_data_dir
 
 from enterprise_rag import EnterpriseRAG
 from enterprise_rag.config import load_settings
-from enterprise_rag.db.embedded import start_embedded, stop_embedded
-from enterprise_rag.ingest.model import text_document
 from enterprise_rag.ingest.pipeline import Ingestor
+from enterprise_rag.schema.documents import text_document
+from enterprise_rag.store.embedded import start_embedded, stop_embedded
 from enterprise_rag.store.writer import PreparedDocument, write_documents
 
 

@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harness lives with the tests
 
-from enterprise_rag.db.embedded import start_embedded, stop_embedded  # noqa: E402
 from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding  # noqa: E402
+from enterprise_rag.store.embedded import start_embedded, stop_embedded  # noqa: E402
 from tests.security import harness  # noqa: E402
 
 

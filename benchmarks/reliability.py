@@ -43,9 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/ holds 
 
 from enterprise_rag import EnterpriseRAG, Principal  # noqa: E402
 from enterprise_rag.config import load_settings  # noqa: E402
-from enterprise_rag.db.embedded import start_embedded, stop_embedded  # noqa: E402
 from enterprise_rag.ingest.discovery import discover  # noqa: E402
 from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding  # noqa: E402
+from enterprise_rag.store.embedded import start_embedded, stop_embedded  # noqa: E402
 from enterprise_rag.testing import load, tenants  # noqa: E402
 from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, InjectionCase  # noqa: E402
 

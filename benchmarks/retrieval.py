@@ -30,11 +30,11 @@ from _common import SCIFACT, iter_scifact, temp_data_dir
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
-from enterprise_rag.db.embedded import start_embedded
 from enterprise_rag.evaluation import evaluate, load_beir
-from enterprise_rag.ingest.model import text_document
 from enterprise_rag.ingest.pipeline import Ingestor
 from enterprise_rag.retrieval.retriever import RetrievalOptions
+from enterprise_rag.schema.documents import text_document
+from enterprise_rag.store.embedded import start_embedded
 
 PUBLISHED = [
     ("BM25 (BEIR paper)", 0.665, None, None),

@@ -33,13 +33,12 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
-from enterprise_rag.db.embedded import start_embedded
-from enterprise_rag.db.scoping import read_as
-from enterprise_rag.ingest.model import Chunk
-from enterprise_rag.ingest.properties import DocumentRecord
 from enterprise_rag.retrieval import hybrid, merging
-from enterprise_rag.retrieval.hybrid import SearchParams, search
 from enterprise_rag.retrieval.retriever import RetrievalOptions
+from enterprise_rag.schema.documents import Chunk, DocumentRecord
+from enterprise_rag.store.embedded import start_embedded
+from enterprise_rag.store.scoping import read_as
+from enterprise_rag.store.search import SearchParams, search
 from enterprise_rag.store.writer import PreparedDocument, write_documents
 
 DOCS, LEAVES_PER_DOC, DIM, VOCAB = 3000, 10, 384, 3000

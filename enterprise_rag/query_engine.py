@@ -18,9 +18,9 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from enterprise_rag.evaluation.payload import QueryResult
 from enterprise_rag.principal import Principal, require_principal
-from enterprise_rag.retrieval.transforms import History
+from enterprise_rag.schema.result import QueryResult
+from enterprise_rag.schema.sources import History
 
 if TYPE_CHECKING:
     from enterprise_rag.rag import EnterpriseRAG

@@ -10,20 +10,19 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 
+from enterprise_rag.answer.streaming import StreamEvent
 from enterprise_rag.config import RagSettings, load_settings
-from enterprise_rag.db import Database
-from enterprise_rag.display import RetrievedNodes, Trace
 from enterprise_rag.errors import PermissionDeniedError
-from enterprise_rag.evaluation.payload import QueryResult
-from enterprise_rag.ingest.properties import document_id_for
-from enterprise_rag.ingest.report import IngestReport, Progress
 from enterprise_rag.principal import Principal, require_principal
 from enterprise_rag.providers import Providers
 from enterprise_rag.query_engine import PermissionScopedQueryEngine
 from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions
-from enterprise_rag.retrieval.transforms import History
+from enterprise_rag.schema.documents import document_id_for
+from enterprise_rag.schema.ingest import IngestReport, Progress
+from enterprise_rag.schema.result import QueryResult, RetrievedNodes, Trace
+from enterprise_rag.schema.sources import History
+from enterprise_rag.store import Database
 from enterprise_rag.store.writer import delete_documents
-from enterprise_rag.workflow.streaming import StreamEvent
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +172,7 @@ class EnterpriseRAG:
 
         >>> res = await rag.aquery("How long is the refund window?", user=dana)   # doctest: +SKIP
         """
-        from enterprise_rag.workflow.runner import run_query
+        from enterprise_rag.answer.runner import run_query
 
         return await run_query(self, question, require_principal(user), history, trace_id)
 
@@ -192,7 +191,7 @@ class EnterpriseRAG:
         >>> res.answer, res.citations[0].source, res.evaluation["confidence"], res.trace_id  # doctest: +SKIP
         >>> res.to_dict()                     # the JSON payload                            # doctest: +SKIP
         """
-        from enterprise_rag.workflow.runner import run_sync
+        from enterprise_rag.answer.runner import run_sync
 
         return run_sync(self.aquery(question, user, history, trace_id))
 
@@ -206,7 +205,7 @@ class EnterpriseRAG:
         >>> for event in rag.stream_query("How long is the refund window?", user=dana):  # doctest: +SKIP
         ...     print(event.name if event.kind == "step" else event.text if event.kind == "answer" else event.data)
         """
-        from enterprise_rag.workflow.streaming import stream_query
+        from enterprise_rag.answer.streaming import stream_query
 
         return stream_query(self, question, require_principal(user), history)
 
@@ -228,7 +227,7 @@ class EnterpriseRAG:
         >>> trace = rag.trace(res.trace_id, user=dana)              # doctest: +SKIP
         >>> [(s["step"], round(s["ms"])) for s in trace["steps"]]   # doctest: +SKIP
         """
-        from enterprise_rag.trace.store import TraceStore
+        from enterprise_rag.store.traces import TraceStore
 
         trace = TraceStore(self.db).get(trace_id, require_principal(user))
         return None if trace is None else Trace(trace)

@@ -1,7 +1,7 @@
 -- Row-level security: the second wall behind the ACL predicates in our own SQL.
 --
 -- Reads made for a user run as the role enterprise_rag_reader (NOLOGIN, no BYPASSRLS), switched
--- to inside the read's transaction (enterprise_rag/db/scoping.py: set_config('role', ...) local
+-- to inside the read's transaction (enterprise_rag/store/scoping.py: set_config('role', ...) local
 -- to the transaction, which is then rolled back), with the principal in two transaction-local
 -- settings, each a text[] bound as a parameter and never pasted into SQL:
 --   enterprise_rag.user_id  '{id}' (or '{}' when the id cannot be stored)

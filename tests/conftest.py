@@ -11,7 +11,7 @@ import pytest
 
 from enterprise_rag import EnterpriseRAG
 from enterprise_rag.config import load_settings
-from enterprise_rag.db.embedded import start_embedded
+from enterprise_rag.store.embedded import start_embedded
 from tests.databases import create_db, drop_db
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ def server_dir() -> Iterator[Path]:
 def server_dsn(server_dir: Path) -> Iterator[str]:
     dsn = start_embedded(server_dir)
     yield dsn
-    from enterprise_rag.db.embedded import stop_embedded
+    from enterprise_rag.store.embedded import stop_embedded
 
     stop_embedded(server_dir)
 

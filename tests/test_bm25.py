@@ -18,8 +18,8 @@ import pytest
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
-from enterprise_rag.retrieval.hybrid import SearchParams, search
 from enterprise_rag.retrieval.retriever import RetrievalOptions
+from enterprise_rag.store.search import SearchParams, search
 from enterprise_rag.store.writer import rebuild_bm25_statistics
 
 _LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
@@ -175,7 +175,7 @@ def test_statistics_equal_a_fresh_recount_after_every_kind_of_write(
 
 def test_migration_backfills_an_existing_store(fresh_dsn: str, tmp_path: Path, embed_model) -> None:  # type: ignore[no-untyped-def]
     """A store built before 0003_bm25.sql gets exact statistics when the migration applies."""
-    from enterprise_rag.db.migrate import SQL_DIR, apply_migrations
+    from enterprise_rag.store.migrate import SQL_DIR, apply_migrations
 
     old = tmp_path / "sql_before_bm25"
     old.mkdir()
@@ -396,7 +396,7 @@ def test_rebuild_equals_the_trigger_maintained_statistics_and_the_first_recount(
     rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path
 ) -> None:
     """rag_bm25_rebuild() (single pass, sql/0005) gives exactly what the triggers maintain and what 0003's gave."""
-    from enterprise_rag.db.migrate import SQL_DIR
+    from enterprise_rag.store.migrate import SQL_DIR
 
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -11,8 +11,8 @@ import pytest
 
 import enterprise_rag  # noqa: F401  (offline tiktoken cache before get_tokenizer)
 from enterprise_rag.ingest.chunking import build_chunks
-from enterprise_rag.ingest.model import Block, Chunk, LoadedDocument
 from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
+from enterprise_rag.schema.documents import Block, Chunk, LoadedDocument
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO.parent / "shared" / "scenarios" / "docs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from enterprise_rag.validation import (
+from enterprise_rag.answer.checks import (
     CITATION,
     CitationReport,
     check_citations,
@@ -252,7 +252,7 @@ def test_source_keys_are_canonicalised() -> None:
 
 
 def test_attribution_adds_the_label_of_the_source_a_sentence_was_copied_from() -> None:
-    from enterprise_rag.validation.attribution import attribute_citations
+    from enterprise_rag.answer.checks.attribution import attribute_citations
 
     sources = {"S1": "Refunds are available within 30 days of the renewal date.", "S2": "VPN needs a hardware key."}
     answer, added = attribute_citations("Refunds are available within 30 days of the renewal date. Ask us.", sources)
@@ -264,7 +264,7 @@ def test_attribution_adds_the_label_of_the_source_a_sentence_was_copied_from() -
 
 
 def test_attribution_looks_past_a_reporting_frame() -> None:
-    from enterprise_rag.validation.attribution import attribute_citations
+    from enterprise_rag.answer.checks.attribution import attribute_citations
 
     sources = {"S1": "There is **no shared VPN password**. Every connection is tied to one person's account."}
     for framed in ["The sources state that there is no shared VPN password.",

@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from enterprise_rag import EnterpriseRAG, Principal
-from enterprise_rag.cli_ask import SAMPLE_CORPUS, _demo_questions, show_result
-from enterprise_rag.cli_common import out
+from enterprise_rag.cli.ask import SAMPLE_CORPUS, _demo_questions, show_result
+from enterprise_rag.cli.common import out
 from enterprise_rag.config import load_settings
 from enterprise_rag.testing import ScriptedLLM
 from tests.test_workflow import CHECK_OK, answer_with, grade_yes_if
@@ -82,8 +82,8 @@ def test_chat_mode_follow_ups_use_the_history(
     """``ask`` without a question: each answer joins the history the next question is rewritten with."""
     from typer.testing import CliRunner
 
-    from enterprise_rag import cli_ask
     from enterprise_rag.cli import app
+    from enterprise_rag.cli import ask as cli_ask
 
     (tmp_path / "leave.md").write_text(DOC)
     seen: list[str] = []

@@ -240,7 +240,7 @@ def test_every_command_documents_exit_codes_and_has_json_where_output_matters() 
     from typer.testing import CliRunner
 
     from enterprise_rag.cli import app
-    from enterprise_rag.cli_common import EXIT_CODES
+    from enterprise_rag.cli.common import EXIT_CODES
 
     root = get_command(app)
     commands = root.commands  # type: ignore[attr-defined]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from enterprise_rag.validation.coverage import question_parts, unanswered_parts
+from enterprise_rag.answer.checks.coverage import question_parts, unanswered_parts
 
 KYC = "What does a new account holder have to submit for KYC, and how long do they have to do it?"
 KYC_SOURCE = "Every new account holder must submit a photo ID and a proof of address within 30 days."

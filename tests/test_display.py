@@ -7,10 +7,10 @@ from pathlib import Path
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from enterprise_rag import EnterpriseRAG, Principal
-from enterprise_rag.display import RetrievedNodes, Trace, retrieval_html
-from enterprise_rag.evaluation.payload import Citation, QueryResult
-from enterprise_rag.ingest.report import FailedFile, IngestReport
-from enterprise_rag.trace.store import TraceStore
+from enterprise_rag.schema.display import retrieval_html
+from enterprise_rag.schema.ingest import FailedFile, IngestReport
+from enterprise_rag.schema.result import Citation, QueryResult, RetrievedNodes, Trace
+from enterprise_rag.store.traces import TraceStore
 
 SCRIPT = "<script>alert('owned')</script>"
 ESCAPED = "&lt;script&gt;alert(&#x27;owned&#x27;)&lt;/script&gt;"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enterprise_rag.validation.draft import review_draft
+from enterprise_rag.answer.checks.draft import review_draft
 
 SOURCES = {
     "S1": "Refunds for annual plans are available within 30 days of the renewal date.",

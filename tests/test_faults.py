@@ -33,11 +33,11 @@ from llama_index.core.schema import NodeWithScore, TextNode
 
 from enterprise_rag import EnterpriseRAG
 from enterprise_rag.config import RagSettings, load_settings
-from enterprise_rag.db.embedded import start_embedded, stop_embedded
 from enterprise_rag.errors import LLMError, LLMUnavailableError, StoreError
+from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.providers import Providers
+from enterprise_rag.store.embedded import start_embedded, stop_embedded
 from enterprise_rag.testing import ScriptedLLM
-from enterprise_rag.workflow.llm_calls import LLMCaller
 from tests.conftest import REPO
 from tests.test_ingest import _assert_consistent
 from tests.test_providers_http import _clean_env, _completion, _no_network  # noqa: F401  (autouse guards)
@@ -515,7 +515,7 @@ def test_sigkill_mid_ingest_leaves_no_half_document_and_a_rerun_completes(
 def test_sigkill_mid_query_resumes_from_the_trace_without_repeating_llm_calls(
     fresh_dsn: str, tmp_path: Path, embed_model: Any
 ) -> None:
-    from enterprise_rag.trace.store import TraceStore
+    from enterprise_rag.store.traces import TraceStore
 
     settings = load_settings(None, database={"dsn": fresh_dsn}, workflow={"llm_backoff_s": 0.01})
     with EnterpriseRAG(data_dir=tmp_path / "data", settings=settings, embed_model=embed_model) as rag:

@@ -13,9 +13,10 @@ from typing import Any
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from enterprise_rag import EnterpriseRAG
-from enterprise_rag.correction.grading import Grader, focus, paragraphs
+from enterprise_rag.answer.checks.grading import Grader
+from enterprise_rag.llm.caller import LLMCaller
+from enterprise_rag.retrieval.windows import focus, paragraphs
 from enterprise_rag.testing import ScriptedLLM
-from enterprise_rag.workflow.llm_calls import LLMCaller
 
 QUESTION = "Above what amount do I need to attach an itemised receipt to an expense claim?"
 ANSWER = "An itemised receipt is required for any single cost over $25; smaller costs need a short description."

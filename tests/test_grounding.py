@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from enterprise_rag.validation.attribution import reattribute_citations
-from enterprise_rag.validation.grounding import grounded_share, ungrounded_sentences
+from enterprise_rag.answer.checks.attribution import reattribute_citations
+from enterprise_rag.answer.checks.grounding import grounded_share, ungrounded_sentences
 
 SOURCES = {
     "S1": "Refunds for annual plans are available within 30 days of the renewal date.",

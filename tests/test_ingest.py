@@ -24,7 +24,7 @@ from pypdf import PdfReader, PdfWriter
 
 from enterprise_rag import EnterpriseRAG
 from enterprise_rag.config import load_settings
-from enterprise_rag.ingest.properties import document_id_for
+from enterprise_rag.schema.documents import document_id_for
 from tests.conftest import SCENARIOS
 from tests.databases import create_db, drop_db
 

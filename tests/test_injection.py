@@ -17,8 +17,8 @@ import pytest
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
-from enterprise_rag.generation import prompts
-from enterprise_rag.generation.untrusted import WITHHELD, fence, withhold_instructions
+from enterprise_rag.llm import prompts
+from enterprise_rag.llm.untrusted import WITHHELD, fence, withhold_instructions
 from enterprise_rag.testing import ScriptedLLM
 from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, CONFIDENTIAL_MARKER, InjectionCase
 from tests.databases import create_db, drop_db

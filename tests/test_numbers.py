@@ -1,4 +1,4 @@
-from enterprise_rag.validation.numbers import invented_numbers, numbers
+from enterprise_rag.answer.checks.numbers import invented_numbers, numbers
 
 
 def test_numbers_are_normalised_across_currency_separators_and_compounds() -> None:

@@ -35,13 +35,8 @@ from enterprise_rag.config import RagSettings, load_settings
 from enterprise_rag.errors import ConfigError, LLMUnavailableError, PermissionDeniedError, RagError, WebSearchError
 from enterprise_rag.providers import Providers
 from enterprise_rag.providers.curated_search import CuratedWebSearch
-from enterprise_rag.providers.web_search import (
-    EgressPolicy,
-    TavilyWebSearch,
-    WebResult,
-    WebSearch,
-    host_allowed,
-)
+from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch, WebSearch, host_allowed
+from enterprise_rag.schema.sources import WebResult
 
 OPENAI = "https://api.openai.com/v1"
 COHERE_RERANK = "https://api.cohere.com/v2/rerank"

@@ -12,8 +12,8 @@ from pypdf import PdfWriter
 
 import enterprise_rag  # noqa: F401  (sets the offline caches before anything else)
 from enterprise_rag.errors import IngestError
-from enterprise_rag.ingest.model import Block, LoadedDocument
 from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
+from enterprise_rag.schema.documents import Block, LoadedDocument
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO.parent / "shared" / "scenarios" / "docs"

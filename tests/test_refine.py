@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from enterprise_rag.generation.prompts import Source
-from enterprise_rag.workflow.sources import refine, rows_in_range, sections_named_as_asked
+from enterprise_rag.answer.sources import refine, rows_in_range, sections_named_as_asked
+from enterprise_rag.schema.sources import Source
 
 BANDS = """Use the total to decide what to do with a reflection.
 

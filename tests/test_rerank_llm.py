@@ -19,10 +19,10 @@ from llama_index.core.schema import NodeWithScore
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
-from enterprise_rag.ingest.model import text_document
 from enterprise_rag.ingest.pipeline import Ingestor
 from enterprise_rag.retrieval.llm_rerank import LLMPointwiseRerank
 from enterprise_rag.retrieval.retriever import RetrievalOptions
+from enterprise_rag.schema.documents import text_document
 from enterprise_rag.testing.fake_llm import ScriptedLLM
 
 QUESTION = "How are travel expenses reimbursed after a business trip?"

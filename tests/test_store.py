@@ -17,9 +17,9 @@ import pytest
 
 from enterprise_rag import EnterpriseRAG, StoreError
 from enterprise_rag.config import load_settings
-from enterprise_rag.db import Database, apply_migrations
-from enterprise_rag.db.embedded import stop_embedded
-from enterprise_rag.db.migrate import SQL_DIR, migration_files
+from enterprise_rag.store import Database, apply_migrations
+from enterprise_rag.store.embedded import stop_embedded
+from enterprise_rag.store.migrate import SQL_DIR, migration_files
 
 REPO = Path(__file__).resolve().parent.parent
 

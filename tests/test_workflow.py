@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.answer.workflow import FLAGGED_ANSWER
 from enterprise_rag.config import load_settings
 from enterprise_rag.errors import LLMError, PermissionDeniedError
-from enterprise_rag.generation.prompts import NOT_FOUND_ANSWER
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch
 from enterprise_rag.testing import ScriptedLLM
-from enterprise_rag.workflow.answer import FLAGGED_ANSWER
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
 QUESTION = "How many days of paid vacation does an employee get per year?"
@@ -776,7 +776,7 @@ def test_generator_timeout_raises_a_clear_error_and_marks_the_trace_failed(make_
 
 
 def _recent(rag: EnterpriseRAG) -> list[dict[str, Any]]:
-    from enterprise_rag.trace.store import TraceStore
+    from enterprise_rag.store.traces import TraceStore
 
     return TraceStore(rag.db).recent(ALICE)
 

@@ -21,8 +21,8 @@ from enterprise_rag.evaluation.runner import EvalReport, Retrieve, evaluate_as_u
 from enterprise_rag.principal import Principal
 
 if TYPE_CHECKING:
-    from enterprise_rag.ingest.report import IngestReport, Progress
     from enterprise_rag.rag import EnterpriseRAG
+    from enterprise_rag.schema.ingest import IngestReport, Progress
 
 __all__ = [
     "MODES",
@@ -175,7 +175,7 @@ def run_modes(
 
 
 def _beir_documents(folder: Path) -> Iterator[Any]:
-    from enterprise_rag.ingest.model import text_document
+    from enterprise_rag.schema.documents import text_document
 
     for record in iter_beir_corpus(folder):
         yield text_document(

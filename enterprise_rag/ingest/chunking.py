@@ -22,8 +22,8 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from enterprise_rag.ingest.model import BlockKind, Chunk, LoadedDocument
 from enterprise_rag.ingest.splitting import TextSplitter
+from enterprise_rag.schema.documents import BlockKind, Chunk, LoadedDocument
 
 CountTokens = Callable[[str], int]
 

@@ -20,14 +20,14 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.utils import get_tokenizer
 
 from enterprise_rag.config import IngestSettings
-from enterprise_rag.db import Database
 from enterprise_rag.errors import IngestError
 from enterprise_rag.ingest.chunking import build_chunks
 from enterprise_rag.ingest.discovery import discover
-from enterprise_rag.ingest.model import LoadedDocument
-from enterprise_rag.ingest.properties import DocumentRecord, resolve_record
+from enterprise_rag.ingest.properties import resolve_record
 from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
-from enterprise_rag.ingest.report import FailedFile, IngestReport, Progress
+from enterprise_rag.schema.documents import DocumentRecord, LoadedDocument
+from enterprise_rag.schema.ingest import FailedFile, IngestReport, Progress
+from enterprise_rag.store import Database
 from enterprise_rag.store.writer import PreparedDocument, existing_embeddings, write_documents
 
 logger = logging.getLogger(__name__)

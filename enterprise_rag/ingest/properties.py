@@ -7,48 +7,12 @@ group and no allowed user is refused. Arguments win over front-matter.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-from dataclasses import dataclass, field
 from typing import Any
 
 from enterprise_rag.errors import IngestError
-from enterprise_rag.ingest.model import LoadedDocument
+from enterprise_rag.schema.documents import STATUSES, DocumentRecord, LoadedDocument, document_id_for
 
-STATUSES = ("current", "superseded", "draft", "archived")
 _RESERVED = {"title", "version", "status", "effective_date", "allowed_groups", "allowed_users", "document_id"}
-
-
-@dataclass
-class DocumentRecord:
-    """One row of ``rag_documents``, validated."""
-
-    document_id: str
-    source: str
-    title: str
-    version: str | None
-    status: str
-    effective_date: dt.date | None
-    content_hash: str
-    allowed_groups: list[str]
-    allowed_users: list[str]
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def node_metadata(self) -> dict[str, Any]:
-        """The metadata every node of this document carries."""
-        return {
-            **self.metadata,
-            "source": self.source,
-            "document_id": self.document_id,
-            "title": self.title,
-            "version": self.version,
-            "status": self.status,
-            "effective_date": self.effective_date.isoformat() if self.effective_date else None,
-        }
-
-
-def document_id_for(source: str) -> str:
-    """Identity of a document: derived from its source path, stable across re-ingests."""
-    return "doc_" + hashlib.sha256(source.encode()).hexdigest()[:24]
 
 
 MAX_NAME_BYTES = 2048  # each array element is a GIN index entry; PostgreSQL caps those near 2.7 kB

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from llama_index.core.node_parser import SentenceSplitter
 
-from enterprise_rag.ingest.model import BlockKind
+from enterprise_rag.schema.documents import BlockKind
 
 CountTokens = Callable[[str], int]
 

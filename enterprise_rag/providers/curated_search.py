@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from enterprise_rag.errors import IngestError, WebSearchError
-from enterprise_rag.providers.web_search import WebResult
-from enterprise_rag.words import terms
+from enterprise_rag.schema.sources import WebResult
+from enterprise_rag.text import terms
 
 logger = logging.getLogger(__name__)
 

@@ -82,7 +82,7 @@ def _cohere_reranker(s: RagSettings, data_dir: Path, grader: Callable[[], LLM]) 
     key = _secret(s.reranker.api_key, "COHERE_API_KEY")
     if not key:
         raise ConfigError("reranker.api_key: Cohere rerank needs an API key (or COHERE_API_KEY)")
-    from enterprise_rag.providers.cohere_rerank import TimedCohereRerank
+    from enterprise_rag.retrieval.cohere_rerank import TimedCohereRerank
 
     return TimedCohereRerank(
         model=s.reranker.model, top_n=s.reranker.top_n, api_key=key, timeout_s=s.reranker.timeout_s

@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from enterprise_rag.config import normalize_domain
 from enterprise_rag.errors import WebSearchError
 from enterprise_rag.principal import Principal, require_principal
+from enterprise_rag.schema.sources import WebResult
 
 logger = logging.getLogger(__name__)
 
@@ -38,17 +38,6 @@ __all__ = [
     "WebSearch",
     "host_allowed",
 ]
-
-
-@dataclass(frozen=True)
-class WebResult:
-    """One web (or curated) result. ``url`` is the label a citation shows: a URL or a file path."""
-
-    title: str
-    url: str
-    content: str
-    score: float
-    published_date: str | None = None
 
 
 @runtime_checkable

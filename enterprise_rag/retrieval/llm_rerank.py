@@ -22,11 +22,11 @@ from llama_index.core.llms import LLM, ChatMessage, MessageRole
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from enterprise_rag.correction.grading import focus
 from enterprise_rag.errors import LLMError
-from enterprise_rag.generation.prompts import user
-from enterprise_rag.generation.untrusted import as_data
-from enterprise_rag.workflow.llm_calls import LLMCaller
+from enterprise_rag.llm.caller import LLMCaller
+from enterprise_rag.llm.prompts import user
+from enterprise_rag.llm.untrusted import as_data
+from enterprise_rag.retrieval.windows import focus
 
 logger = logging.getLogger(__name__)
 

@@ -7,15 +7,15 @@ fetches parents one by one from a docstore, outside any permission filter).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
 
-from enterprise_rag.db.scoping import read_as
 from enterprise_rag.principal import Principal
-from enterprise_rag.retrieval.hybrid import ACL, Hit, acl_values
+from enterprise_rag.retrieval.windows import grow_window
+from enterprise_rag.store.scoping import acl_values, read_as
+from enterprise_rag.store.search import ACL, Hit
 
 
 @dataclass(frozen=True)
@@ -144,18 +144,3 @@ def _window(
     at = next(i for i, s in enumerate(group) if s[0] == hit_id)
     lo, hi = grow_window([len(s[2]) for s in group], at, budget)
     return group[lo : hi + 1]
-
-
-def grow_window(lengths: Sequence[int], anchor: int, budget: int) -> tuple[int, int]:
-    """First and last index of item ``anchor`` plus its neighbours, taken alternately after and
-    before it while their summed ``lengths`` stay within ``budget`` (the anchor is always in)."""
-    lo, hi, size = anchor, anchor, lengths[anchor]
-    while True:
-        grown = False
-        for candidate in (hi + 1, lo - 1):
-            if 0 <= candidate < len(lengths) and size + lengths[candidate] <= budget:
-                size += lengths[candidate]
-                lo, hi = min(lo, candidate), max(hi, candidate)
-                grown = True
-        if not grown:
-            return lo, hi

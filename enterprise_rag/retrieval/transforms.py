@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.llms import LLM, ChatMessage, MessageRole
 
-logger = logging.getLogger(__name__)
+from enterprise_rag.schema.sources import History
 
-History = Sequence[dict[str, str]]
+logger = logging.getLogger(__name__)
 
 _STANDALONE = (
     "You rewrite a follow-up question from a conversation into one standalone question that can be "

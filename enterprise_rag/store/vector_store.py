@@ -23,12 +23,11 @@ from llama_index.core.vector_stores.types import (
 )
 from pydantic import PrivateAttr
 
-from enterprise_rag.db import Database
 from enterprise_rag.errors import IngestError, PermissionDeniedError
-from enterprise_rag.ingest.model import Chunk
-from enterprise_rag.ingest.properties import DocumentRecord
 from enterprise_rag.principal import Principal
-from enterprise_rag.retrieval.hybrid import SearchParams, search
+from enterprise_rag.schema.documents import Chunk, DocumentRecord
+from enterprise_rag.store import Database
+from enterprise_rag.store.search import SearchParams, search
 from enterprise_rag.store.writer import PreparedDocument, delete_documents, write_documents
 
 _MODES = {VectorStoreQueryMode.DEFAULT: "dense", VectorStoreQueryMode.HYBRID: "hybrid",

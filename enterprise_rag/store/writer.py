@@ -27,8 +27,7 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 from psycopg.types import TypeInfo
 
-from enterprise_rag.ingest.model import Chunk
-from enterprise_rag.ingest.properties import DocumentRecord
+from enterprise_rag.schema.documents import Chunk, DocumentRecord
 
 NODE_COLUMNS = (
     "node_id", "document_id", "parent_id", "level", "is_leaf", "position", "text", "breadcrumb",

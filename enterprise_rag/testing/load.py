@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from llama_index.core.schema import NodeWithScore
 
-from enterprise_rag.evaluation.payload import QueryResult
+from enterprise_rag.schema.result import QueryResult
 from enterprise_rag.testing import tenants
 
 if TYPE_CHECKING:

@@ -36,11 +36,11 @@ from llama_index.core.schema import NodeWithScore
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.principal import storable_name
-from enterprise_rag.retrieval.hybrid import Hit, SearchParams, search
 from enterprise_rag.retrieval.merging import expand_within_section, fetch_ancestors
 from enterprise_rag.retrieval.retriever import PermissionScopedRetriever
+from enterprise_rag.store.search import Hit, SearchParams, search
+from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.testing import ScriptedLLM
-from enterprise_rag.trace.store import TraceStore
 from tests.acl_helpers import CachedQueryEmbedding, RecordingReranker, document_text
 from tests.test_workflow import passages_in, sources_in
 

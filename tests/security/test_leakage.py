@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
-from enterprise_rag.trace.store import TraceStore
+from enterprise_rag.store.traces import TraceStore
 from tests.databases import create_db, drop_db
 from tests.security import harness
 from tests.security.harness import LeakCorpus

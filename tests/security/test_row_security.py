@@ -1,7 +1,7 @@
 """Row-level security (sql/0004_row_security.sql): the second wall holds on its own.
 
 Every query here is deliberately unfiltered (no ACL predicate of ours) and runs as
-the reader role through :func:`enterprise_rag.db.scoping.read_as`: the policies alone
+the reader role through :func:`enterprise_rag.store.scoping.read_as`: the policies alone
 must return exactly the rows the principal may read, and nothing when no principal
 is set. Real embedded PostgreSQL; the corpus is written through the real writer (random
 vectors: nothing here ranks by similarity).
@@ -21,15 +21,14 @@ from hypothesis import strategies as st
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
-from enterprise_rag.db.migrate import apply_migrations
-from enterprise_rag.db.scoping import READER_ROLE, read_as
 from enterprise_rag.errors import StoreError
-from enterprise_rag.ingest.model import Chunk
-from enterprise_rag.ingest.properties import DocumentRecord
-from enterprise_rag.retrieval.hybrid import ACL, SearchParams, build_search_sql
 from enterprise_rag.retrieval.merging import _ANCESTORS_SQL, _SIBLINGS_SQL
+from enterprise_rag.schema.documents import Chunk, DocumentRecord
+from enterprise_rag.store.migrate import apply_migrations
+from enterprise_rag.store.scoping import READER_ROLE, read_as
+from enterprise_rag.store.search import ACL, SearchParams, build_search_sql
+from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.store.writer import PreparedDocument, vector_literal, write_documents
-from enterprise_rag.trace.store import TraceStore
 
 INJECTION = "zz'] OR 1=1 OR metadata_::jsonb ?| array['y"
 # document id -> (allowed_groups, allowed_users)

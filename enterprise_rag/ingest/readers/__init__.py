@@ -13,12 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from enterprise_rag.errors import IngestError
-from enterprise_rag.ingest.model import LoadedDocument
 from enterprise_rag.ingest.readers.common import Parsed, human_limit, human_size
 from enterprise_rag.ingest.readers.html import read_html
 from enterprise_rag.ingest.readers.markdown import read_markdown
 from enterprise_rag.ingest.readers.pdf import read_pdf
 from enterprise_rag.ingest.readers.plaintext import read_plaintext
+from enterprise_rag.schema.documents import LoadedDocument
 
 Reader = Callable[[bytes, Path], Parsed]
 

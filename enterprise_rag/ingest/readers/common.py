@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from enterprise_rag.errors import IngestError
-from enterprise_rag.ingest.model import Block
+from enterprise_rag.schema.documents import Block
 
 
 @dataclass

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from enterprise_rag.ingest.model import Block, BlockKind
+from enterprise_rag.schema.documents import Block, BlockKind
 
 _MARKUP = re.compile(r"[*_`]+")
 _SPACE = re.compile(r"\s+")

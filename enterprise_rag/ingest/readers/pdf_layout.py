@@ -21,8 +21,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from enterprise_rag.ingest.model import Block
 from enterprise_rag.ingest.readers.outline import Outline
+from enterprise_rag.schema.documents import Block
 
 ITEM = re.compile(r"^\s*(?:[-*+•▪◦‣–]|\d{1,3}[.)]|[a-zA-Z][.)]|\(\d{1,3}\)|\([a-z]\))\s+\S")
 _NUMBERING = re.compile(r"^(\d+(?:\.\d+)*)\.?\s+\S")

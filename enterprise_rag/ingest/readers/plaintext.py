@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from enterprise_rag.ingest.model import BlockKind
 from enterprise_rag.ingest.readers.common import Parsed, decode_text
 from enterprise_rag.ingest.readers.outline import Outline, by_level
+from enterprise_rag.schema.documents import BlockKind
 
 _NUMBERED = re.compile(r"^(\d+(?:\.\d+)*)\.?\s+\S")
 _UNDERLINE = re.compile(r"^\s*(=+|-+)\s*$")

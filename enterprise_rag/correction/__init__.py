@@ -1,1 +1,0 @@
-"""Corrective steps: relevance grading, the proceed / augment / fallback decision, query rewrites."""

@@ -1,0 +1,1 @@
+"""LLM calls (timeouts, retries, token accounting), every prompt, and the marking of untrusted text."""

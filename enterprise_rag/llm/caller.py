@@ -1,0 +1,176 @@
+"""Every LLM call of a query goes through here: timeout, bounded retries with
+backoff, schema-constrained JSON, token accounting, and trace replay.
+
+Failure policy is the caller's: this raises :class:`LLMError` after the last
+retry and the workflow decides (fail-open for grading, fail-closed for support).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index.core.llms import LLM, ChatMessage
+
+from enterprise_rag.errors import LLMError, LLMUnavailableError
+from enterprise_rag.store.traces import TraceRecorder
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CallStats:
+    """Counts for the pipeline payload."""
+
+    calls: int = 0
+    replayed: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    by_name: dict[str, int] = field(default_factory=dict)
+
+
+def _usage(raw: Any) -> tuple[int, int]:
+    """Token counts from a local (dict) or OpenAI (object) raw response."""
+    usage = raw.get("usage") if isinstance(raw, dict) else getattr(raw, "usage", None)
+    if usage is None:
+        return 0, 0
+    if isinstance(usage, dict):
+        return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
+
+
+def check_schema(value: Any, schema: dict[str, Any], path: str = "$") -> None:
+    """A small JSON-schema subset check (type, required, enum, items, properties): grammars can still truncate."""
+    kind = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float)}
+    if kind in types and not isinstance(value, types[kind]):  # type: ignore[arg-type]
+        raise ValueError(f"{path}: expected {kind}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise ValueError(f"{path}: {value!r} not in {schema['enum']}")
+    if kind == "object":
+        for key in schema.get("required", []):
+            if key not in value:
+                raise ValueError(f"{path}: missing {key}")
+        for key, sub in schema.get("properties", {}).items():
+            if key in value:
+                check_schema(value[key], sub, f"{path}.{key}")
+    if kind == "array":
+        for i, item in enumerate(value):
+            check_schema(item, schema.get("items", {}), f"{path}[{i}]")
+
+
+class UnparsableJSONError(ValueError):
+    """A structured reply that is not JSON at all (usually truncated), as opposed to JSON off the schema."""
+
+
+class LLMCaller:
+    """Calls the generator / grader roles for one query and accounts for them."""
+
+    def __init__(
+        self,
+        llms: dict[str, LLM],
+        recorder: TraceRecorder | None = None,
+        *,
+        timeout_s: float = 180.0,
+        max_retries: int = 2,
+        backoff_s: float = 1.0,
+    ) -> None:
+        self._llms = llms
+        self._recorder = recorder
+        self._timeout_s = timeout_s
+        self._max_retries = max_retries
+        self._backoff_s = backoff_s
+        self.stats = CallStats()
+
+    def model_id(self, role: str) -> str:
+        return self._llms[role].metadata.model_name
+
+    def call(
+        self,
+        role: str,
+        name: str,
+        messages: list[ChatMessage],
+        *,
+        max_tokens: int,
+        schema: dict[str, Any] | None = None,
+    ) -> Any:
+        """Run one call; returns text, or the parsed JSON object when ``schema`` is given."""
+        llm = self._llms[role]
+        payload = [{"role": m.role.value, "content": m.content or ""} for m in messages]
+        key = hashlib.sha256(json.dumps([role, name, payload, schema, max_tokens], sort_keys=True).encode()).hexdigest()
+        self.stats.by_name[name] = self.stats.by_name.get(name, 0) + 1
+        replay = self._recorder.replayed(key) if self._recorder else None
+        if replay is not None:
+            self.stats.replayed += 1
+            return self._parse(replay["response"], schema)
+        kwargs: dict[str, Any] = {"max_tokens": max_tokens}
+        if schema is not None:
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        last: Exception | None = None
+        for attempt in range(self._max_retries + 1):
+            if attempt:
+                time.sleep(self._backoff_s * 2 ** (attempt - 1))
+            t0 = time.perf_counter()
+            try:
+                response = self._with_timeout(llm, messages, kwargs)
+                text = response.message.content or ""
+                parsed = self._parse(text, schema)
+            except UnparsableJSONError as exc:
+                # A schema-constrained reply that does not parse was cut off by the token budget:
+                # the same budget would cut it off again.
+                last = exc
+                self.stats.failures += 1
+                kwargs["max_tokens"] *= 2
+                logger.warning("LLM call %s attempt %d failed (budget now %d): %s", name, attempt + 1,
+                               kwargs["max_tokens"], exc)  # fmt: skip
+                continue
+            except LLMUnavailableError as exc:  # the client already spent its retries: do not multiply them
+                self.stats.failures += 1
+                raise LLMError(f"LLM call '{name}' failed: {exc}") from exc
+            except Exception as exc:  # timeout, HTTP 429/500, malformed JSON: retry, bounded
+                last = exc
+                self.stats.failures += 1
+                logger.warning("LLM call %s attempt %d failed: %s", name, attempt + 1, exc)
+                continue
+            ms = (time.perf_counter() - t0) * 1000
+            prompt_tokens, completion_tokens = _usage(response.raw)
+            self.stats.calls += 1
+            self.stats.prompt_tokens += prompt_tokens
+            self.stats.completion_tokens += completion_tokens
+            if self._recorder:
+                self._recorder.call({
+                    "key": key, "name": name, "role": role, "model": llm.metadata.model_name, "messages": payload,
+                    "response": text, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "ms": ms,
+                })  # fmt: skip
+            return parsed
+        raise LLMError(f"LLM call '{name}' failed after {self._max_retries + 1} attempts: {last}") from last
+
+    async def acall(self, role: str, name: str, messages: list[ChatMessage], **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.call, role, name, messages, **kwargs)
+
+    def _with_timeout(self, llm: LLM, messages: list[ChatMessage], kwargs: dict[str, Any]) -> Any:
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        try:
+            return pool.submit(llm.chat, messages, **kwargs).result(timeout=self._timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"no answer within {self._timeout_s:g} s") from None
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    @staticmethod
+    def _parse(text: str, schema: dict[str, Any] | None) -> Any:
+        if schema is None:
+            return text
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UnparsableJSONError(f"malformed JSON from the model: {exc}") from None
+        check_schema(value, schema)
+        return value

@@ -1,0 +1,115 @@
+"""What readers produce and what the chunker turns it into."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+BlockKind = Literal["paragraph", "heading", "list", "table", "code"]
+
+
+@dataclass
+class Block:
+    """One structural unit of a document, in reading order.
+
+    ``heading_path`` holds the headings above the block (outermost first, the
+    document title not included). ``page`` is the 1-based PDF page the block
+    starts on (None for formats without pages). Lists and tables are one block
+    each, so the chunker can keep them whole where they fit.
+    """
+
+    text: str
+    heading_path: tuple[str, ...] = ()
+    page: int | None = None
+    kind: BlockKind = "paragraph"
+
+
+@dataclass
+class LoadedDocument:
+    """A document as a reader returns it, before chunking.
+
+    ``properties`` holds front-matter (or equivalent) fields as found in the
+    file: ``title``, ``version``, ``status``, ``effective_date``,
+    ``allowed_groups``, ``allowed_users`` and anything else; validation and
+    ACL resolution happen later, in one place.
+    """
+
+    source: str
+    title: str
+    blocks: list[Block]
+    content_hash: str
+    properties: dict[str, Any] = field(default_factory=dict)
+    page_count: int | None = None
+
+
+@dataclass
+class Chunk:
+    """A node of the chunk hierarchy (level 0 = largest). Leaves are embedded and searched.
+
+    ``breadcrumb`` is ``"Title > Heading > Sub-heading"``; it is prepended to the
+    text that is embedded and full-text indexed, so a chunk matches words that
+    only its headings contain. ``pages`` lists every PDF page the chunk touches.
+    """
+
+    chunk_id: str
+    level: int
+    position: int
+    text: str
+    breadcrumb: str
+    parent_id: str | None = None
+    pages: tuple[int, ...] = ()
+    is_leaf: bool = False
+
+    @property
+    def search_text(self) -> str:
+        """What is embedded and indexed: breadcrumb, then text."""
+        return f"{self.breadcrumb}\n{self.text}" if self.breadcrumb else self.text
+
+
+def text_document(source: str, title: str, text: str, properties: dict[str, Any] | None = None) -> LoadedDocument:
+    """A document from in-memory text (e.g. a dataset record): paragraphs split on blank lines."""
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    digest = hashlib.sha256(f"{title}\n{text}".encode()).hexdigest()
+    return LoadedDocument(
+        source=source, title=title, blocks=[Block(p) for p in paragraphs], content_hash=digest,
+        properties=dict(properties or {}),
+    )  # fmt: skip
+
+
+STATUSES = ("current", "superseded", "draft", "archived")
+
+
+@dataclass
+class DocumentRecord:
+    """One row of ``rag_documents``, validated."""
+
+    document_id: str
+    source: str
+    title: str
+    version: str | None
+    status: str
+    effective_date: dt.date | None
+    content_hash: str
+    allowed_groups: list[str]
+    allowed_users: list[str]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def node_metadata(self) -> dict[str, Any]:
+        """The metadata every node of this document carries."""
+        return {
+            **self.metadata,
+            "source": self.source,
+            "document_id": self.document_id,
+            "title": self.title,
+            "version": self.version,
+            "status": self.status,
+            "effective_date": self.effective_date.isoformat() if self.effective_date else None,
+        }
+
+
+def document_id_for(source: str) -> str:
+    """Identity of a document: derived from its source path, stable across re-ingests."""
+    return "doc_" + hashlib.sha256(source.encode()).hexdigest()[:24]

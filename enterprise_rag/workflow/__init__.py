@@ -1,1 +1,0 @@
-"""The corrective answer workflow and the glue that runs it for one query."""
