@@ -22,6 +22,8 @@ from enterprise_rag.schema.ingest import IngestReport, Progress
 from enterprise_rag.schema.result import QueryResult, RetrievedNodes, Trace
 from enterprise_rag.schema.sources import History
 from enterprise_rag.store import Database
+from enterprise_rag.store.documents import document_ids_matching
+from enterprise_rag.store.status import store_status
 from enterprise_rag.store.writer import delete_documents
 
 logger = logging.getLogger(__name__)
@@ -105,13 +107,7 @@ class EnterpriseRAG:
         key = str(document_id_or_path)
         candidates = [key, document_id_for(str(Path(key).expanduser().resolve()))]
         with self.db.connection() as conn:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT document_id FROM rag_documents WHERE document_id = ANY(%s) OR source = %s",
-                    (candidates, str(Path(key).expanduser().resolve())),
-                )
-            ]
+            ids = document_ids_matching(conn, candidates, str(Path(key).expanduser().resolve()))
             return delete_documents(conn, ids) > 0
 
     def as_retriever(
@@ -238,21 +234,16 @@ class EnterpriseRAG:
         >>> rag.status()["documents"], rag.status()["pgvector_version"]   # doctest: +SKIP
         """
         with self.db.connection() as conn:
-            pg_version = conn.execute("SELECT version()").fetchone()[0]  # type: ignore[index]
-            vector_version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]  # type: ignore[index]
-            documents, nodes, leaves = conn.execute(
-                "SELECT (SELECT count(*) FROM rag_documents), count(*), count(*) FILTER (WHERE is_leaf) FROM rag_nodes"
-            ).fetchone()  # type: ignore[misc]
-            migrations = [r[0] for r in conn.execute("SELECT filename FROM rag_migrations ORDER BY filename")]
+            stored = store_status(conn)
         return {
             "store": self.db.location,
             "embedded": self.db.embedded,
-            "postgres_version": pg_version,
-            "pgvector_version": vector_version,
-            "documents": documents,
-            "nodes": nodes,
-            "leaf_nodes": leaves,
-            "migrations": migrations,
+            "postgres_version": stored.postgres_version,
+            "pgvector_version": stored.pgvector_version,
+            "documents": stored.documents,
+            "nodes": stored.nodes,
+            "leaf_nodes": stored.leaves,
+            "migrations": stored.migrations,
             "models": self.providers.describe(),
         }
 

@@ -99,14 +99,11 @@ def missing_labels(rag: EnterpriseRAG, labels: Sequence[str], *, by_path: bool =
     """
     if not labels:
         return []
+    from enterprise_rag.store.documents import unmatched_labels
+
     normalised = {_normalise(label) or label: label for label in labels}
-    sql = (
-        "SELECT l FROM unnest(%s::text[]) AS l WHERE NOT EXISTS (SELECT 1 FROM rag_documents d WHERE d.document_id = l"
-        + (" OR d.source = l OR right(d.source, length(l) + 1) = '/' || l" if by_path else "")
-        + ")"
-    )
     with rag.db.connection() as conn:
-        missing = {row[0] for row in conn.execute(sql, (list(normalised),))}
+        missing = unmatched_labels(conn, list(normalised), by_path=by_path)
     return [label for key, label in normalised.items() if key in missing]
 
 

@@ -28,6 +28,7 @@ from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
 from enterprise_rag.schema.documents import DocumentRecord, LoadedDocument
 from enterprise_rag.schema.ingest import FailedFile, IngestReport, Progress
 from enterprise_rag.store import Database
+from enterprise_rag.store.documents import stored_document_ids, stored_record
 from enterprise_rag.store.writer import PreparedDocument, existing_embeddings, write_documents
 
 logger = logging.getLogger(__name__)
@@ -36,14 +37,6 @@ logger = logging.getLogger(__name__)
 def _count_tokens() -> Callable[[str], int]:
     tokenizer = get_tokenizer()
     return lambda text: len(tokenizer(text))
-
-
-def _same(record: DocumentRecord, row: tuple[Any, ...]) -> bool:
-    """Whether the stored document row already matches this record exactly."""
-    return row == (
-        record.content_hash, record.allowed_groups, record.allowed_users, record.title, record.version,
-        record.status, record.effective_date, record.metadata, record.source,
-    )  # fmt: skip
 
 
 class Ingestor:
@@ -140,13 +133,9 @@ class Ingestor:
             progress(path, "failed")
 
     def _unchanged(self, record: DocumentRecord) -> bool:
+        """Whether the store already holds this record exactly (content, ACL and properties)."""
         with self._db.connection() as conn:
-            row = conn.execute(
-                "SELECT content_hash, allowed_groups, allowed_users, title, version, status, effective_date,"
-                " metadata, source FROM rag_documents WHERE document_id = %s",
-                (record.document_id,),
-            ).fetchone()
-        return row is not None and _same(record, tuple(row))
+            return stored_record(conn, record.document_id) == record
 
     def _flush(self, docs: list[PreparedDocument], report: IngestReport, progress: Progress | None) -> None:
         if not docs:
@@ -154,13 +143,7 @@ class Ingestor:
         self._embed(docs, report)
         t0 = time.perf_counter()
         with self._db.connection() as conn:
-            existing = {
-                r[0]
-                for r in conn.execute(
-                    "SELECT document_id FROM rag_documents WHERE document_id = ANY(%s)",
-                    ([d.record.document_id for d in docs],),
-                )
-            }
+            existing = stored_document_ids(conn, [d.record.document_id for d in docs])
             report.nodes_written += write_documents(conn, docs)
         report.seconds_write += time.perf_counter() - t0
         for doc in docs:
