@@ -19,7 +19,6 @@ plainly when it holds no answer.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -34,6 +33,7 @@ from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import GRADE_RULES, grade_messages, grade_schema
 from enterprise_rag.retrieval.windows import focus, paragraphs
 from enterprise_rag.store import Database
+from enterprise_rag.store.grade_cache import cached_grades, store_grades
 from enterprise_rag.text import is_heading, names, query_words
 
 logger = logging.getLogger(__name__)
@@ -189,22 +189,15 @@ class Grader:
             return {}
         by_hash = {_digest(n.node.get_content()): n.node.node_id for n in nodes}
         with self._db.connection() as conn:
-            rows = conn.execute(
-                "SELECT content_hash, grade FROM rag_grade_cache WHERE question_hash = %s AND model = %s"
-                " AND content_hash = ANY(%s)",
-                (qhash, model, list(by_hash)),
-            ).fetchall()
-        return {by_hash[h]: Grade(by_hash[h], g["grade"], g["reason"], g["confidence"], "cache") for h, g in rows}
+            stored = cached_grades(conn, qhash, model, list(by_hash))
+        return {
+            by_hash[h]: Grade(by_hash[h], g["grade"], g["reason"], g["confidence"], "cache") for h, g in stored.items()
+        }
 
     def _store(self, qhash: str, model: str, nodes: list[NodeWithScore], grades: dict[str, Grade]) -> None:
         if not nodes:
             return
+        entries = [(_digest(n.node.get_content()), grades[n.node.node_id]) for n in nodes]
+        payloads = [(h, {"grade": g.grade, "reason": g.reason, "confidence": g.confidence}) for h, g in entries]
         with self._db.connection() as conn:
-            for n in nodes:
-                g = grades[n.node.node_id]
-                conn.execute(
-                    "INSERT INTO rag_grade_cache (question_hash, content_hash, model, grade) VALUES (%s, %s, %s, %s)"
-                    " ON CONFLICT DO NOTHING",
-                    (qhash, _digest(n.node.get_content()), model,
-                     json.dumps({"grade": g.grade, "reason": g.reason, "confidence": g.confidence})),
-                )  # fmt: skip
+            store_grades(conn, qhash, model, payloads)
