@@ -33,9 +33,10 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
-from enterprise_rag.retrieval import hybrid, merging
 from enterprise_rag.retrieval.retriever import RetrievalOptions
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
+from enterprise_rag.store import parents as store_parents
+from enterprise_rag.store import search as store_search
 from enterprise_rag.store.embedded import start_embedded
 from enterprise_rag.store.scoping import read_as
 from enterprise_rag.store.search import SearchParams, search
@@ -105,7 +106,7 @@ def _ab_ms(fn: Any, repeats: int) -> dict[str, tuple[float, float]]:
     times: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(repeats + 1):
         for name, scope in variants.items():
-            with mock.patch.object(hybrid, "read_as", scope), mock.patch.object(merging, "read_as", scope):
+            with mock.patch.object(store_search, "read_as", scope), mock.patch.object(store_parents, "read_as", scope):
                 t0 = time.perf_counter()
                 fn(i)
                 if i:  # the first round warms up

@@ -25,8 +25,9 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
-from enterprise_rag.retrieval.merging import ParentRow, auto_merge
+from enterprise_rag.retrieval.merging import auto_merge
 from enterprise_rag.retrieval.retriever import RetrievalOptions, fuse_rankings
+from enterprise_rag.store.parents import ParentRow
 from enterprise_rag.store.search import Hit, SearchParams, search
 from enterprise_rag.text import query_words
 from tests.databases import create_db, drop_db

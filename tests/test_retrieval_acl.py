@@ -32,9 +32,10 @@ from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQu
 
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
-from enterprise_rag.retrieval.merging import expand_within_section, fetch_ancestors
+from enterprise_rag.retrieval.merging import expand_within_section
 from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
+from enterprise_rag.store.parents import fetch_ancestors
 from enterprise_rag.store.search import Hit, SearchParams, build_search_sql, search
 from enterprise_rag.store.vector_store import PgRagVectorStore
 from enterprise_rag.store.writer import PreparedDocument, vector_literal, write_documents

@@ -1,55 +1,22 @@
 """Auto-merging: enough hits under one parent chunk are replaced by the parent.
 
 Like LlamaIndex's AutoMergingRetriever, but parents come from PostgreSQL in
-one recursive query that re-checks the ACL at every level (the stock retriever
+one recursive query that re-checks the ACL at every level
+(:func:`~enterprise_rag.store.parents.fetch_ancestors`; the stock retriever
 fetches parents one by one from a docstore, outside any permission filter).
+Leaf hits can also grow with their section's neighbours, fetched the same way.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 import psycopg
 
 from enterprise_rag.principal import Principal
 from enterprise_rag.retrieval.windows import grow_window
-from enterprise_rag.store.scoping import acl_values, read_as
-from enterprise_rag.store.search import ACL, Hit
-
-
-@dataclass(frozen=True)
-class ParentRow:
-    node_id: str
-    parent_id: str | None
-    document_id: str
-    text: str
-    metadata: dict[str, Any]
-    child_count: int
-
-
-_ANCESTORS_SQL = f"""
-WITH RECURSIVE chain AS (
-    SELECT n.node_id, n.parent_id FROM rag_nodes n
-    WHERE n.node_id = ANY(%(ids)s) AND {ACL}
-    UNION
-    SELECT n.node_id, n.parent_id FROM rag_nodes n JOIN chain c ON n.node_id = c.parent_id
-    WHERE {ACL}
-)
-SELECT n.node_id, n.parent_id, n.document_id, n.text, n.metadata,
-       (SELECT count(*) FROM rag_nodes k WHERE k.parent_id = n.node_id) AS child_count
-FROM chain c JOIN rag_nodes n ON n.node_id = c.node_id
-WHERE {ACL}
-"""
-
-
-def fetch_ancestors(conn: psycopg.Connection, principal: Principal, parent_ids: list[str]) -> dict[str, ParentRow]:
-    """Every ancestor of the given parents that the principal may read, in one query."""
-    if not parent_ids:
-        return {}
-    with read_as(conn, principal):
-        rows = conn.execute(_ANCESTORS_SQL, {"ids": parent_ids, **acl_values(principal)}).fetchall()
-    return {r[0]: ParentRow(r[0], r[1], r[2], r[3], r[4], int(r[5])) for r in rows}
+from enterprise_rag.store.parents import ParentRow, SectionLeaf, fetch_section_leaves
+from enterprise_rag.store.search import Hit
 
 
 def auto_merge(hits: list[Hit], parents: dict[str, ParentRow], threshold: float, max_chars: int = 0) -> list[Hit]:
@@ -91,15 +58,6 @@ def auto_merge(hits: list[Hit], parents: dict[str, ParentRow], threshold: float,
         current = [replaced.get(i, h) for i, h in enumerate(current) if i not in dropped or i in replaced]
 
 
-_SIBLINGS_SQL = f"""
-SELECT h.node_id, n.node_id, n.position, n.text, n.metadata->'pages'
-FROM rag_nodes h
-JOIN rag_nodes n ON n.parent_id = h.parent_id AND n.breadcrumb = h.breadcrumb AND n.is_leaf
-WHERE h.node_id = ANY(%(ids)s) AND h.is_leaf AND {ACL}
-ORDER BY h.node_id, n.position
-"""
-
-
 def expand_within_section(
     conn: psycopg.Connection, principal: Principal, hits: list[Hit], budget_chars: int
 ) -> list[Hit]:
@@ -113,11 +71,7 @@ def expand_within_section(
     leaves = [h for h in hits if not h.extra.get("merged_from")]
     if budget_chars <= 0 or not leaves:
         return hits
-    with read_as(conn, principal):
-        rows = conn.execute(_SIBLINGS_SQL, {"ids": [h.node_id for h in leaves], **acl_values(principal)}).fetchall()
-    siblings: dict[str, list[tuple[str, int, str, list[int] | None]]] = {}
-    for hit_id, node_id, position, text, pages in rows:
-        siblings.setdefault(hit_id, []).append((node_id, position, text, pages))
+    siblings = fetch_section_leaves(conn, principal, [h.node_id for h in leaves])
     covered: set[str] = set()
     out: list[Hit] = []
     for hit in hits:
@@ -128,19 +82,17 @@ def expand_within_section(
             out.append(hit)
             continue
         window = _window(group, hit.node_id, budget_chars)
-        ids = [s[0] for s in window]
+        ids = [s.node_id for s in window]
         covered.update(ids)
-        pages = sorted({p for s in window for p in (s[3] or [])})
+        pages = sorted({p for s in window for p in (s.pages or [])})
         meta = {**hit.metadata, "pages": pages or hit.metadata.get("pages", []),
                 "page": pages[0] if pages else hit.metadata.get("page")}  # fmt: skip
-        out.append(replace(hit, text="\n\n".join(s[2] for s in window), metadata=meta,
+        out.append(replace(hit, text="\n\n".join(s.text for s in window), metadata=meta,
                            extra={**hit.extra, "expanded_with": [i for i in ids if i != hit.node_id]}))  # fmt: skip
     return out
 
 
-def _window(
-    group: list[tuple[str, int, str, list[int] | None]], hit_id: str, budget: int
-) -> list[tuple[str, int, str, list[int] | None]]:
-    at = next(i for i, s in enumerate(group) if s[0] == hit_id)
-    lo, hi = grow_window([len(s[2]) for s in group], at, budget)
+def _window(group: list[SectionLeaf], hit_id: str, budget: int) -> list[SectionLeaf]:
+    at = next(i for i, s in enumerate(group) if s.node_id == hit_id)
+    lo, hi = grow_window([len(s.text) for s in group], at, budget)
     return group[lo : hi + 1]

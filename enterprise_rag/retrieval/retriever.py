@@ -20,10 +20,11 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from enterprise_rag.config import RetrievalSettings
 from enterprise_rag.principal import Principal, require_principal
-from enterprise_rag.retrieval.merging import auto_merge, expand_within_section, fetch_ancestors
+from enterprise_rag.retrieval.merging import auto_merge, expand_within_section
 from enterprise_rag.retrieval.transforms import expand_queries, hypothetical_document, standalone_question
 from enterprise_rag.schema.sources import History
 from enterprise_rag.store import Database
+from enterprise_rag.store.parents import fetch_ancestors
 from enterprise_rag.store.search import Hit, Mode, SearchParams, search
 
 logger = logging.getLogger(__name__)

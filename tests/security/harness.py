@@ -36,8 +36,9 @@ from llama_index.core.schema import NodeWithScore
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.principal import storable_name
-from enterprise_rag.retrieval.merging import expand_within_section, fetch_ancestors
+from enterprise_rag.retrieval.merging import expand_within_section
 from enterprise_rag.retrieval.retriever import PermissionScopedRetriever
+from enterprise_rag.store.parents import fetch_ancestors
 from enterprise_rag.store.search import Hit, SearchParams, search
 from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.testing import ScriptedLLM

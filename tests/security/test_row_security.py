@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.errors import StoreError
-from enterprise_rag.retrieval.merging import _ANCESTORS_SQL, _SIBLINGS_SQL
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
 from enterprise_rag.store.migrate import apply_migrations
+from enterprise_rag.store.parents import _ANCESTORS_SQL, _SIBLINGS_SQL
 from enterprise_rag.store.scoping import READER_ROLE, read_as
 from enterprise_rag.store.search import ACL, SearchParams, build_search_sql
 from enterprise_rag.store.traces import TraceStore
