@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from pgvector.psycopg import register_vector
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
@@ -377,6 +378,7 @@ def test_bulk_write_rebuilds_indexes_and_statistics_once(rag: EnterpriseRAG, fre
     bad = TextNode(id_="bad", text="wrong dimension", embedding=[0.1] * 7, metadata={"allowed_groups": ["staff"]})
     prepared = PgRagVectorStore(rag.db)._prepare("bad-doc", [bad])
     with psycopg.connect(fresh_dsn) as conn:
+        register_vector(conn)
         stats = _stored(conn)
         with pytest.raises(psycopg.errors.DataException):
             write_documents(conn, [prepared], bulk=True)

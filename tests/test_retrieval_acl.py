@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
+from pgvector.psycopg import register_vector
 
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
@@ -38,7 +39,7 @@ from enterprise_rag.schema.documents import Chunk, DocumentRecord
 from enterprise_rag.store.parents import fetch_ancestors
 from enterprise_rag.store.search import Hit, SearchParams, build_search_sql, search
 from enterprise_rag.store.vector_store import PgRagVectorStore
-from enterprise_rag.store.writer import PreparedDocument, vector_literal, write_documents
+from enterprise_rag.store.writer import PreparedDocument, write_documents
 from tests.acl_helpers import CachedQueryEmbedding, RecordingReranker, document_text
 from tests.databases import create_db, drop_db
 
@@ -639,22 +640,24 @@ def test_hnsw_without_iterative_scan_would_lose_rows(haystack: Haystack) -> None
         " ORDER BY n.embedding <=> %s::vector LIMIT 50) s"
     )
     with psycopg.connect(haystack.dsn) as conn:
+        register_vector(conn)
         conn.execute("SET enable_seqscan = off")
         conn.execute("SET enable_bitmapscan = off")
         conn.execute("SET hnsw.iterative_scan = off")
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, (["rare"], vector_literal(q))))
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, (["rare"], q)))
         assert "rag_nodes_embedding" in plan
-        found = conn.execute(sql, (["rare"], vector_literal(q))).fetchone()[0]  # type: ignore[index]
+        found = conn.execute(sql, (["rare"], q)).fetchone()[0]  # type: ignore[index]
     assert found < 50, "the control did not reproduce the filtered-HNSW pitfall; the test below would prove nothing"
 
 
 def test_forced_path_really_uses_the_hnsw_index(haystack: Haystack) -> None:
     dsn = psycopg.conninfo.make_conninfo(haystack.dsn, options=_FORCE_INDEX)
     values = {
-        "groups": ["rare"], "users": [], "qvec": vector_literal(np.ones(384) / np.sqrt(384)), "words": ["widget"],
+        "groups": ["rare"], "users": [], "qvec": np.ones(384) / np.sqrt(384), "words": ["widget"],
         "cfg": "english", "n": 50, "rrf_k": 60, "wd": 1.0, "wt": 1.0, "demote": 0.5,
     }  # fmt: skip
     with psycopg.connect(dsn) as conn:
+        register_vector(conn)
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + build_search_sql("dense", SearchParams()), values))
     assert "rag_nodes_embedding" in plan
 

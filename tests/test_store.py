@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -12,14 +13,18 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import psycopg
 import pytest
 
-from enterprise_rag import EnterpriseRAG, StoreError
+from enterprise_rag import EnterpriseRAG, Principal, StoreError
 from enterprise_rag.config import load_settings
+from enterprise_rag.schema.documents import Chunk, DocumentRecord
 from enterprise_rag.store import Database, apply_migrations
 from enterprise_rag.store.embedded import stop_embedded
 from enterprise_rag.store.migrate import SQL_DIR, migration_files
+from enterprise_rag.store.scoping import read_as
+from enterprise_rag.store.writer import PreparedDocument, existing_embeddings, write_documents
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -114,6 +119,50 @@ def test_acl_is_required_by_the_schema(fresh_dsn: str) -> None:
         conn.commit()
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute("INSERT INTO rag_documents (document_id, source, content_hash) VALUES ('d', 'x.md', 'h')")
+
+
+# --- vectors through pgvector's adapters (registered on every pooled connection) -----------------
+
+
+def _leaf_document(key: str, vector: np.ndarray) -> PreparedDocument:
+    record = DocumentRecord(
+        document_id=key, source=f"vectors/{key}.md", title=key, version=None, status="current",
+        effective_date=None, content_hash=key, allowed_groups=["staff"], allowed_users=[],
+    )  # fmt: skip
+    leaf = Chunk(f"{key}:0", 0, 0, f"text of {key}", key, is_leaf=True)
+    return PreparedDocument(record, [leaf], {leaf.chunk_id: f"hash-{key}"}, {f"hash-{key}": vector})
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["incremental", "bulk"])
+def test_vectors_round_trip_bit_for_bit(fresh_dsn: str, tmp_path: Path, bulk: bool) -> None:
+    """Vectors go in through the binary COPY (both write paths) as float32 and come back with the same bits,
+    as the owner and as the reader role; a float64 vector is stored as its float32 rounding."""
+    rng = np.random.default_rng(5)
+    sent = {
+        "float32": rng.standard_normal(384).astype(np.float32),
+        "float64": rng.standard_normal(384),  # more digits than float32 holds
+        "tiny": np.full(384, np.float32(1e-38)) * rng.integers(1, 9, 384).astype(np.float32),  # subnormals
+    }
+    expected = {f"hash-{k}": np.asarray(v, dtype=np.float32) for k, v in sent.items()}
+    db = Database(load_settings(None, database={"dsn": fresh_dsn}).database, tmp_path, 384)
+    try:
+        with db.connection() as conn:
+            assert write_documents(conn, [_leaf_document(k, v) for k, v in sent.items()], bulk=bulk) == 3
+            got = existing_embeddings(conn, list(expected))
+            wire = dict(conn.execute("SELECT content_hash, vector_send(embedding) FROM rag_nodes").fetchall())
+            with read_as(conn, Principal("u", ["staff"])):
+                as_reader = dict(conn.execute("SELECT content_hash, embedding FROM rag_nodes").fetchall())
+            query = rng.standard_normal(384)  # a query vector, bound as a parameter
+            bound = conn.execute("SELECT vector_send(%s::vector)", (query,)).fetchone()
+    finally:
+        db.close()
+    assert set(got) == set(expected)
+    for key, vector in expected.items():
+        assert got[key].dtype == np.float32 and got[key].tobytes() == vector.tobytes(), key
+        assert as_reader[key].to_numpy().tobytes() == vector.tobytes(), key
+        # pgvector's own binary form: dimension, unused, big-endian float32s
+        assert bytes(wire[key]) == struct.pack(">HH", 384, 0) + vector.astype(">f4").tobytes(), key
+    assert bound is not None and bytes(bound[0])[4:] == query.astype(">f4").tobytes()
 
 
 def test_mismatched_embedding_dimension_raises_store_error(fresh_dsn: str, tmp_path: Path) -> None:

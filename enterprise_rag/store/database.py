@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool
 
 from enterprise_rag.config import DatabaseSettings
@@ -20,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 
 class Database:
-    """A lazily opened, migrated connection pool.
+    """A lazily opened, migrated connection pool whose connections know pgvector's types.
 
     Nothing connects in the constructor; the first :meth:`connection` starts the
     embedded server when no DSN is configured, applies migrations, and opens the pool.
@@ -72,6 +73,10 @@ class Database:
                 timeout=self._settings.connect_timeout_s,
                 open=False,
                 check=ConnectionPool.check_connection,
+                # pgvector's adapters on every connection: numpy arrays go in as binary vectors and
+                # vector columns come back as pgvector Vectors. The type exists once the migrations
+                # above ran; the adapters are bound to its OID, so they serve read_as's role too.
+                configure=register_vector,
             )
             pool.open(wait=False)
             self._pool = pool

@@ -32,7 +32,6 @@ import psycopg
 
 from enterprise_rag.principal import Principal
 from enterprise_rag.store.scoping import acl_values, read_as
-from enterprise_rag.store.writer import vector_literal
 from enterprise_rag.text import query_words
 
 Mode = Literal["hybrid", "dense", "text"]
@@ -277,7 +276,7 @@ def search(
         raise ValueError("dense search needs a query vector")
     values = {
         **acl,
-        "qvec": vector_literal(query_vector) if query_vector is not None else None,
+        "qvec": np.asarray(query_vector, dtype=np.float32) if query_vector is not None else None,
         "words": query_words(question),
         "cfg": params.text_search_config,
         "n": params.candidates,

@@ -15,17 +15,12 @@ so the writer's DELETE and COPY each cost one run per batch. A bulk write (see
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import psycopg
 from psycopg import sql
-from psycopg.adapt import Dumper
-from psycopg.pq import Format
-from psycopg.types import TypeInfo
 
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
 
@@ -33,7 +28,8 @@ NODE_COLUMNS = (
     "node_id", "document_id", "parent_id", "level", "is_leaf", "position", "text", "breadcrumb",
     "content_hash", "metadata", "embedding", "allowed_groups", "allowed_users", "status",
 )  # fmt: skip
-# PostgreSQL types of NODE_COLUMNS, for the binary COPY (vectors travel as float32 bytes, not text).
+# PostgreSQL types of NODE_COLUMNS, for the binary COPY. Vectors travel as float32 bytes, not text,
+# through pgvector's adapters (registered on every pooled connection, see store/database.py).
 NODE_TYPES = (
     "text", "text", "text", "int2", "bool", "int4", "text", "text",
     "text", "jsonb", "vector", "text[]", "text[]", "text",
@@ -52,28 +48,6 @@ class PreparedDocument:
     chunks: list[Chunk]
     leaf_hashes: dict[str, str] = field(default_factory=dict)  # chunk_id -> content hash of search text
     embeddings: dict[str, np.ndarray] = field(default_factory=dict)  # content hash -> vector
-
-
-def vector_literal(vector: Sequence[float] | np.ndarray) -> str:
-    """pgvector's text form: ``[0.1,0.2,...]``."""
-    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
-
-
-class _VectorBinaryDumper(Dumper):
-    """pgvector's binary input: dimension, unused, then big-endian float32s (no text formatting)."""
-
-    format = Format.BINARY
-
-    def dump(self, obj: np.ndarray) -> bytes:
-        return struct.pack(">HH", obj.shape[0], 0) + obj.astype(">f4", copy=False).tobytes()
-
-
-def _register_vector_dumper(cur: psycopg.Cursor[Any]) -> None:
-    info = TypeInfo.fetch(cur.connection, "vector")
-    if info is None:
-        raise psycopg.ProgrammingError("the pgvector extension is not installed in this database")
-    info.register(cur)
-    cur.adapters.register_dumper(np.ndarray, type("VectorDumper", (_VectorBinaryDumper,), {"oid": info.oid}))
 
 
 def _node_rows(doc: PreparedDocument) -> Iterable[tuple[object, ...]]:
@@ -144,7 +118,6 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument], 
                     for d in docs
                 ],
             )
-            _register_vector_dumper(cur)
             with cur.copy(f"COPY rag_nodes ({', '.join(NODE_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
                 copy.set_types(list(NODE_TYPES))
                 for doc in docs:
@@ -202,11 +175,12 @@ def existing_embeddings(conn: psycopg.Connection, hashes: Sequence[str]) -> dict
     if not hashes:
         return {}
     rows = conn.execute(
-        "SELECT DISTINCT ON (content_hash) content_hash, embedding::text FROM rag_nodes"
+        "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM rag_nodes"
         " WHERE is_leaf AND content_hash = ANY(%s) AND embedding IS NOT NULL",
         (list(hashes),),
+        binary=True,  # the vectors arrive as their float32 bytes, never through decimal text
     ).fetchall()
-    return {h: np.array(json.loads(v), dtype=np.float32) for h, v in rows}
+    return {h: v.to_numpy() for h, v in rows}
 
 
 def rebuild_bm25_statistics(conn: psycopg.Connection) -> None:

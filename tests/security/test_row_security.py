@@ -28,7 +28,7 @@ from enterprise_rag.store.parents import _ANCESTORS_SQL, _SIBLINGS_SQL
 from enterprise_rag.store.scoping import READER_ROLE, read_as
 from enterprise_rag.store.search import ACL, SearchParams, build_search_sql
 from enterprise_rag.store.traces import TraceStore
-from enterprise_rag.store.writer import PreparedDocument, vector_literal, write_documents
+from enterprise_rag.store.writer import PreparedDocument, write_documents
 
 INJECTION = "zz'] OR 1=1 OR metadata_::jsonb ?| array['y"
 # document id -> (allowed_groups, allowed_users)
@@ -159,7 +159,7 @@ def test_the_reader_without_a_principal_sees_no_row_at_all(store: Store) -> None
 
 def test_the_search_statement_with_its_acl_predicates_removed_is_still_scoped(store: Store) -> None:
     """A bug that dropped our predicates from the hot path: RLS alone keeps the result in scope."""
-    vec = vector_literal(np.ones(384) / np.sqrt(384))
+    vec = np.ones(384) / np.sqrt(384)
     for p in PRINCIPALS[:8]:
         allowed = visible(p)
         groups = [g for g in p.groups if "\x00" not in g]
