@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import psycopg
 
+from enterprise_rag.config import RetrievalSettings
 from enterprise_rag.principal import Principal
 from enterprise_rag.store.scoping import acl_values, read_as
 from enterprise_rag.store.writer import vector_literal
@@ -63,6 +64,8 @@ class Hit:
 
 @dataclass(frozen=True)
 class SearchParams:
+    """What one search statement is built and run with; :meth:`from_settings` takes them from configuration."""
+
     candidates: int = 50
     rrf_k: int = 60
     dense_weight: float = 1.0
@@ -77,6 +80,25 @@ class SearchParams:
     bm25_title_boost: float = 1.0
     bm25_max_terms: int = 32
     bm25_max_postings: int = 200_000
+
+    @classmethod
+    def from_settings(cls, settings: RetrievalSettings, text_search_config: str, *, candidates: int) -> SearchParams:
+        """The configured retrieval settings, with ``candidates`` hits per side (callers raise it to their top k)."""
+        return cls(
+            candidates=candidates,
+            rrf_k=settings.rrf_k,
+            dense_weight=settings.dense_weight,
+            text_weight=settings.text_weight,
+            superseded=settings.superseded,
+            ef_search=settings.hnsw_ef_search,
+            exact_scan_below=settings.exact_scan_below,
+            text_search_config=text_search_config,
+            bm25_k1=settings.bm25_k1,
+            bm25_b=settings.bm25_b,
+            bm25_title_boost=settings.bm25_title_boost,
+            bm25_max_terms=settings.bm25_max_terms,
+            bm25_max_postings=settings.bm25_max_postings,
+        )
 
 
 def _status_filter(params: SearchParams) -> str:
