@@ -16,7 +16,7 @@ leaf counts (``rag_acl_leaf_counts``), without scanning:
   leaf by leaf in score order until n pass.
 
 The text half is BM25 (Lucene's IDF, k1, b; title/heading words weighted) from
-the statistics tables of ``sql/0003_bm25.sql``, which triggers keep exact. IDF
+the statistics tables of ``enterprise_rag/sql/0003_bm25.sql``, which triggers keep exact. IDF
 and average length are corpus-wide, as in any shared index: how a principal's
 hits are ordered depends slightly on documents it cannot read, though it never
 receives them or their text.
@@ -308,7 +308,7 @@ def search(
         "wt": params.text_weight,
         "demote": params.superseded_factor,
     }
-    with read_as(conn, principal):  # row-level security as the second wall (sql/0004_row_security.sql)
+    with read_as(conn, principal):  # row-level security as the second wall (enterprise_rag/sql/0004_row_security.sql)
         # One statement of settings, local to this transaction: no parallel workers (a gated-off branch
         # would still start them), no JIT (compiling costs more than this query runs), memory for the
         # BM25 aggregate and sort, and for HNSW the iterative scan, so a selective ACL still yields n rows.
