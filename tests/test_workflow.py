@@ -222,7 +222,7 @@ def step_data(trace: dict[str, Any], name: str) -> list[dict[str, Any]]:
 
 
 # ---- proceed, payload, trace, grade cache ---------------------------------------------------------------
-def test_proceed_answers_with_citations_and_the_design_payload(make_rag: MakeRag) -> None:
+def test_proceed_answers_with_citations_and_the_json_payload(make_rag: MakeRag) -> None:
     generator, grader = llms()
     rag = make_rag(generator, grader)
 

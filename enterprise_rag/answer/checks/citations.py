@@ -1,4 +1,4 @@
-"""Citation check, in code (design section 2, step 10).
+"""Citation check, in code.
 
 Answers are written from sources numbered ``[S1]..[Sn]``. Before the support
 check spends an LLM call, this module proves the cheap things: every cited label
