@@ -33,7 +33,8 @@ def stock_add_seconds(dsn: str, nodes: list[tuple[str, str, list[float]]], like_
     from llama_index.core.schema import TextNode
     from llama_index.vector_stores.postgres import PGVectorStore
 
-    info = psycopg.conninfo.conninfo_to_dict(dsn)  # the socket-dir host goes in the query string (DESIGN.md pitfall)
+    # from_params(host=<socket dir>) fails: the socket-dir host goes in the query string of the DSN
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
     tail = f"{info.get('user', 'postgres')}:@/{info['dbname']}?host={info['host']}"
     sa_dsn, async_dsn = f"postgresql+psycopg2://{tail}", f"postgresql+asyncpg://{tail}"
     store = PGVectorStore.from_params(

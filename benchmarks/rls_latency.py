@@ -7,7 +7,7 @@ model runs), so the figures are the database path only: ``search()`` (the one hy
 and ``retrieve()`` (search, parent merging, section windows).
 
 Each path runs alternately as shipped (``read_as``: the reader role, policies of
-``sql/0004_row_security.sql``) and as the owner (what the code did before that migration: the
+``enterprise_rag/sql/0004_row_security.sql``) and as the owner (what the code did before that migration: the
 same statements, our own ACL predicates only), so both see the same load on a shared machine.
 
     .venv/bin/python benchmarks/rls_latency.py [--store-dir /tmp/erag-rls-bench] [--repeats 60]

@@ -1,10 +1,6 @@
 """enterprise_rag: permission-scoped, cited, self-correcting RAG on LlamaIndex and PostgreSQL."""
 
-from enterprise_rag.offline import use_bundled_caches
-
-use_bundled_caches()
-
-from enterprise_rag.errors import (  # noqa: E402
+from enterprise_rag.errors import (
     ConfigError,
     IngestError,
     LLMError,
@@ -15,8 +11,8 @@ from enterprise_rag.errors import (  # noqa: E402
     StoreError,
     WebSearchError,
 )
-from enterprise_rag.principal import Principal  # noqa: E402
-from enterprise_rag.rag import EnterpriseRAG  # noqa: E402
+from enterprise_rag.principal import Principal
+from enterprise_rag.rag import EnterpriseRAG
 
 __all__ = [
     "ConfigError",

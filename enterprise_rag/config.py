@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -320,18 +321,22 @@ class RagSettings(BaseSettings):
         return self.model_dump(mode="json")
 
 
-class _YamlSource(PydanticBaseSettingsSource):
-    """Reads the YAML file named by the private ``_yaml_path`` class attribute set by :func:`load_settings`."""
+# The YAML file of the load_settings call in progress in this thread or task. pydantic-settings builds
+# its sources in a classmethod, so the path of one call reaches them this way, not through the class.
+_YAML_PATH: ContextVar[Path | None] = ContextVar("enterprise_rag_yaml_path", default=None)
 
-    path: Path | None = None
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """Reads the YAML file passed to the :func:`load_settings` call in progress (nothing outside one)."""
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        if self.path is None:
+        path = _YAML_PATH.get()
+        if path is None:
             return {}
-        return _read_yaml(self.path)
+        return _read_yaml(path)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -354,13 +359,13 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> RagSettin
     Raises :class:`ConfigError` naming the offending field, e.g.
     ``retrieval.rrf_k: Input should be greater than or equal to 1``.
     """
-    _YamlSource.path = Path(path) if path is not None else None
+    token = _YAML_PATH.set(Path(path) if path is not None else None)
     try:
         return RagSettings(**overrides)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
     finally:
-        _YamlSource.path = None
+        _YAML_PATH.reset(token)
 
 
 def _describe(exc: ValidationError, path: str | Path | None) -> str:

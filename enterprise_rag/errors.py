@@ -56,7 +56,8 @@ class ModelError(RagError):
 
 
 class PermissionDeniedError(RagError):
-    """A request came without a usable principal (retrieval never defaults to 'everything').
+    """A request came without a usable principal (retrieval never defaults to 'everything'), or asked
+    for what belongs to another user (continuing someone else's trace).
 
     >>> rag.retrieve("salary bands", user=None)   # doctest: +SKIP
     PermissionDeniedError: retrieval needs the asking user: pass user=Principal(user_id=..., groups=[...])

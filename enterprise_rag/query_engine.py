@@ -5,7 +5,7 @@ retrieval, grading, bounded rewrites, guarded web fallback, cited generation,
 citation / support / usefulness checks) and hands the result back in
 LlamaIndex's shapes: a :class:`~llama_index.core.base.response.schema.Response`
 whose ``source_nodes`` are the passages the answer cites and whose
-``metadata`` carries the full DESIGN payload (``QueryResult.to_dict()``).
+``metadata`` carries the full JSON payload of the result (``QueryResult.to_dict()``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class PermissionScopedQueryEngine(BaseQueryEngine):
     ``source_nodes`` hold only cited passages (the text the generator saw),
     each with ``source``, ``page``, ``document_id``, ``label`` and ``kind``
     (``corpus`` or ``web``) in its metadata. ``response.metadata`` is the
-    DESIGN payload: ``answer``, ``citations``, ``evaluation``, ``pipeline``,
+    result's JSON payload: ``answer``, ``citations``, ``evaluation``, ``pipeline``,
     ``trace_id``. ``history`` makes every query a follow-up of that
     conversation.
     """

@@ -1,8 +1,17 @@
-"""Content words of a text: lower case, no stop words, plural ``-s`` folded.
+"""How the package cuts text into words: the one tokenizer module, with the one stop-word list.
 
-Shared by the curated web search (BM25 terms) and the grounding check of answers; and the
-identifiers and acronyms a text names (E-4120, LD-7, VPN) and its heading lines, shared by relevance
-grading and context refinement.
+Different needs get different, named cuts, each for what it is compared with:
+
+* :func:`words` and :func:`terms` (runs of letters and digits) for word overlap: the quote a
+  citation shows, citation repair, grounding and coverage of answers, the curated web search's
+  BM25 terms; :func:`terms` without stop words and with the plural ``-s`` folded.
+* :func:`query_words` keeps codes, decimals and contractions whole (``e-4120``, ``2.5``,
+  ``don't``): the full-text half of hybrid search parses exactly these into lexemes, and the
+  overlap checks that must match a code as one word compare them.
+* :func:`identifiers`, :func:`acronyms` and :func:`names`: the codes and acronyms a text names,
+  shared by relevance grading and context refinement; :func:`is_heading` finds the heading
+  lines they are read from.
+* :func:`word_count`: how long a sentence is, as a reader counts it.
 """
 
 from __future__ import annotations
@@ -18,22 +27,37 @@ _MAX_QUERY_WORDS = 64
 STOPWORDS = frozenset(
     {
         "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how", "i", "in",
-        "is", "it", "of", "on", "or", "the", "this", "that", "to", "was", "what", "when", "where", "which",
-        "who", "why", "will", "with",
+        "is", "it", "my", "of", "on", "or", "our", "the", "this", "that", "to", "was", "we", "what", "when",
+        "where", "which", "who", "why", "will", "with",
     }
 )  # fmt: skip
 
 
+def words(text: str) -> list[str]:
+    """Every run of letters and digits of ``text``, lower case, in order (``E-4120`` gives ``e``, ``4120``)."""
+    return _WORD.findall(text.lower())
+
+
 def terms(text: str) -> list[str]:
-    """Lower-case word terms without stop words, plural ``-s`` folded (``policies`` stays ``policies``)."""
+    """Content words: :func:`words` without stop words, plural ``-s`` folded (``policies`` stays ``policies``)."""
     out = []
-    for word in _WORD.findall(text.lower()):
+    for word in words(text):
         if word in STOPWORDS:
             continue
         if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is", "ies")):
             word = word[:-1]
         out.append(word)
     return out
+
+
+def query_words(text: str) -> list[str]:
+    """Distinct words of ``text`` in order of first use, lower case, at most 64, codes, decimals and
+    contractions kept whole (``e-4120``, ``2.5``, ``don't``). The full-text half of hybrid search passes
+    exactly these to PostgreSQL to be parsed into lexemes, so this cut decides which rows it finds."""
+    seen: dict[str, None] = {}
+    for word in _QUERY_WORD.findall(text.lower()):
+        seen.setdefault(word, None)
+    return list(seen)[:_MAX_QUERY_WORDS]
 
 
 def identifiers(text: str) -> set[str]:
@@ -58,9 +82,6 @@ def is_heading(line: str) -> bool:
     return _HEADING.match(line) is not None
 
 
-def query_words(question: str) -> list[str]:
-    """Distinct words of a question, in order (bounded); the full-text half parses them into lexemes."""
-    seen: dict[str, None] = {}
-    for word in _QUERY_WORD.findall(question.lower()):
-        seen.setdefault(word, None)
-    return list(seen)[:_MAX_QUERY_WORDS]
+def word_count(text: str) -> int:
+    """Whitespace-separated tokens of ``text`` holding a letter or digit (``E-4120``, ``2.5%`` count once)."""
+    return sum(1 for token in text.split() if any(ch.isalnum() for ch in token))

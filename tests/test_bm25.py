@@ -397,7 +397,7 @@ def _constraints(conn: psycopg.Connection) -> dict[str, str]:
 def test_rebuild_equals_the_trigger_maintained_statistics_and_the_first_recount(
     rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path
 ) -> None:
-    """rag_bm25_rebuild() (single pass, sql/0005) gives exactly what the triggers maintain and what 0003's gave."""
+    """rag_bm25_rebuild() (single pass, 0005) gives exactly what the triggers maintain and what 0003's gave."""
     from enterprise_rag.store.migrate import SQL_DIR
 
     docs = tmp_path / "docs"
@@ -423,7 +423,7 @@ def test_rebuild_equals_the_trigger_maintained_statistics_and_the_first_recount(
         rebuild_bm25_statistics(conn)
         assert _stored(conn) == maintained
         assert _constraints(conn) == constraints
-        # the recount of sql/0003_bm25.sql, run on the same rows, agrees as well
+        # the recount of enterprise_rag/sql/0003_bm25.sql, run on the same rows, agrees as well
         first = re.search(
             r"CREATE FUNCTION rag_bm25_rebuild\(\).*?\$fn\$;", (SQL_DIR / "0003_bm25.sql").read_text(), re.S
         )

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import enterprise_rag  # noqa: F401  (offline tiktoken cache before get_tokenizer)
 from enterprise_rag.ingest.chunking import build_chunks
 from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
 from enterprise_rag.schema.documents import Block, Chunk, LoadedDocument

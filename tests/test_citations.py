@@ -1,4 +1,4 @@
-"""The in-code citation check (design step 10): labels, coverage, quotes, sentence units."""
+"""The in-code citation check: labels, coverage, quotes, sentence units."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +215,16 @@ def test_a_failed_load_does_not_leak_into_the_next(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         load_settings(_write(tmp_path, "retrieval:\n  rrf_k: 0\n"))
     assert load_settings(None) == _defaults()
+
+
+def test_loads_in_parallel_threads_each_read_their_own_file(tmp_path: Path) -> None:
+    files = {k: tmp_path / f"rrf{k}.yaml" for k in (7, 70)}
+    for k, path in files.items():
+        path.write_text(f"retrieval:\n  rrf_k: {k}\n", encoding="utf-8")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        loaded = list(pool.map(lambda k: (k, load_settings(files[k]).retrieval.rrf_k), [7, 70] * 40))
+    assert all(k == got for k, got in loaded)
+    assert RagSettings().retrieval.rrf_k == 60  # outside load_settings no file is read
 
 
 def test_local_embedding_with_other_dimensions_is_refused(tmp_path: Path) -> None:

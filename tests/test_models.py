@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from enterprise_rag import ModelError
 from enterprise_rag.config import load_settings
 from enterprise_rag.providers import Providers, model_files
 from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding
+from tests.conftest import REPO
 
 
 @pytest.fixture(autouse=True)
@@ -188,6 +191,58 @@ def test_local_embedding_handles_empty_and_long_input() -> None:
     assert vectors.shape == (5, 384)
     assert np.all(np.isfinite(vectors))
     assert model.embed_batch([]).shape == (0, 384)
+
+
+# --- no environment changes, offline loading in a clean process -----------------------------------
+
+_CLEAN_PROCESS = """
+import json, os, socket, sys
+from pathlib import Path
+
+
+def refuse(*args, **kwargs):
+    raise OSError("network access attempted")
+
+
+socket.socket.connect = socket.socket.connect_ex = refuse
+socket.create_connection = socket.getaddrinfo = refuse
+before = dict(os.environ)
+import enterprise_rag
+
+after_import = dict(os.environ)
+from enterprise_rag.config import load_settings
+from enterprise_rag.ingest.chunking import build_chunks
+from enterprise_rag.ingest.pipeline import Ingestor
+from enterprise_rag.providers import Providers
+from enterprise_rag.schema.documents import text_document
+from enterprise_rag.store import Database
+
+settings = load_settings(None)
+data_dir = Path(sys.argv[1])
+embed_model = Providers(settings, data_dir).embed_model
+vector = embed_model.get_text_embedding("How do I reset my VPN password?")
+ingestor = Ingestor(Database(settings.database, data_dir, len(vector)), embed_model, settings.ingest)
+count = ingestor._count_tokens
+doc = text_document("long.txt", "Long", "The VPN needs a hardware key. " * 200)
+chunks = build_chunks(doc, "doc-1", [128], 16, count)
+changed = lambda env: sorted(k for k in set(before) | set(env) if before.get(k) != env.get(k))
+print(json.dumps({"import": changed(after_import), "after_loading": changed(dict(os.environ)),
+                  "tokens": count("hello world"), "dims": len(vector), "chunks": len(chunks)}))
+"""
+
+
+def test_import_changes_no_environment_variable_and_models_still_load_offline(tmp_path: Path) -> None:
+    """In a process with a clean environment and the network refused: importing the package sets nothing,
+    and the embedding model, the token counter and sentence splitting load from the bundled data."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", _CLEAN_PROCESS, str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["import"] == [] and report["after_loading"] == []
+    assert report["tokens"] == 2 and report["dims"] == 384 and report["chunks"] > 1
 
 
 # --- the local LLM, offline (slow: assembles 1.1 GB and loads the model) ----------------------------

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from pypdf import PdfWriter
 
-import enterprise_rag  # noqa: F401  (sets the offline caches before anything else)
 from enterprise_rag.errors import IngestError
 from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
 from enterprise_rag.schema.documents import Block, LoadedDocument

@@ -1,4 +1,4 @@
-"""Context refinement (design step 8): strips of kept sources that do not bear on the question are dropped.
+"""Context refinement: strips of kept sources that do not bear on the question are dropped.
 
 Runs with the real local embedding model; page, source and label stay with each source.
 """

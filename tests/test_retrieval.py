@@ -22,6 +22,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
@@ -29,6 +30,7 @@ from enterprise_rag.retrieval.merging import auto_merge
 from enterprise_rag.retrieval.retriever import RetrievalOptions, fuse_rankings
 from enterprise_rag.store.parents import ParentRow
 from enterprise_rag.store.search import Hit, SearchParams, search
+from enterprise_rag.store.vector_store import PgRagVectorStore
 from enterprise_rag.text import query_words
 from tests.databases import create_db, drop_db
 
@@ -240,6 +242,13 @@ def test_superseded_exclude_never_returns_it(corpus: Corpus) -> None:
             for mode in MODES:
                 hits = search(conn, STAFF, REFUND_Q, q, params, mode)
                 assert hits and corpus.doc["superseded"] not in {h.document_id for h in hits}
+        store = PgRagVectorStore(rag.db, STAFF, settings=rag.settings.retrieval)
+        for query_mode in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID):
+            query = VectorStoreQuery(query_embedding=q, query_str=REFUND_Q, similarity_top_k=50, mode=query_mode)
+            found = store.query(query).nodes or []
+            assert found and all(n.metadata["status"] != "superseded" for n in found), query_mode
+        default = PgRagVectorStore(rag.db, STAFF).query(VectorStoreQuery(query_embedding=q, similarity_top_k=50))
+        assert any(n.metadata["status"] == "superseded" for n in default.nodes or [])  # the defaults only demote it
     finally:
         rag.close()
 

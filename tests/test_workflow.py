@@ -222,7 +222,7 @@ def step_data(trace: dict[str, Any], name: str) -> list[dict[str, Any]]:
 
 
 # ---- proceed, payload, trace, grade cache ---------------------------------------------------------------
-def test_proceed_answers_with_citations_and_the_design_payload(make_rag: MakeRag) -> None:
+def test_proceed_answers_with_citations_and_the_json_payload(make_rag: MakeRag) -> None:
     generator, grader = llms()
     rag = make_rag(generator, grader)
 
@@ -289,6 +289,8 @@ def test_trace_records_steps_grades_prompts_for_its_owner_only(make_rag: MakeRag
     assert rag.trace(res.trace_id, mallory) is None
     with pytest.raises(PermissionDeniedError):
         rag.resume(res.trace_id, mallory)
+    with pytest.raises(PermissionDeniedError, match="another user"):
+        rag.query(QUESTION, user=mallory, trace_id=res.trace_id)  # nor run on under its id
 
 
 def test_same_question_twice_uses_the_grade_cache(make_rag: MakeRag) -> None:

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from enterprise_rag.answer.checks.citations import cited_labels, split_sentences, strip_citations
 from enterprise_rag.answer.checks.support import NOT_APPLICABLE
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.schema.result import Citation, QueryResult
+from enterprise_rag.text import words
 
 if TYPE_CHECKING:
     from enterprise_rag.answer.state import RunState
     from enterprise_rag.schema.sources import Source
-
-_WORD = re.compile(r"\w+")
 
 
 # correction.decision scores a passage graded yes 1.0 (relevance >= 0.7) and partial / ungraded 0.5
@@ -46,9 +44,9 @@ def confidence(
 
 def best_quote(claim: str, text: str, limit: int = 240) -> str:
     """The sentence of ``text`` sharing the most words with ``claim``: what the citation points at."""
-    wanted = set(_WORD.findall(claim.lower()))
+    wanted = set(words(claim))
     sentences = split_sentences(text) or [text]
-    best = max(sentences, key=lambda s: len(wanted & set(_WORD.findall(s.lower()))))
+    best = max(sentences, key=lambda s: len(wanted & set(words(s))))
     return best[:limit]
 
 

@@ -21,10 +21,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
 
 from enterprise_rag.schema.sources import Source, WebResult
-from enterprise_rag.text import identifiers, is_heading, query_words
-
-_STOP = {"the", "a", "an", "of", "to", "and", "or", "in", "on", "for", "is", "are", "what", "how", "do", "does",
-         "i", "we", "our", "my", "it", "be", "with", "which", "who", "when", "that", "this", "can"}  # fmt: skip
+from enterprise_rag.text import STOPWORDS, identifiers, is_heading, query_words
 
 
 def corpus_sources(nodes: list[NodeWithScore]) -> list[Source]:
@@ -142,7 +139,7 @@ def _drop_paragraphs(
 ) -> tuple[list[Source], int, list[float]]:
     """The sources without their strips below ``floor`` that share no word with the question, the number
     dropped, and each source's highest strip similarity to the question."""
-    words = {w for w in query_words(question) if w not in _STOP and len(w) > 2}
+    words = {w for w in query_words(question) if w not in STOPWORDS and len(w) > 2}
     strips = [(i, p) for i, s in enumerate(sources) for p in re.split(r"\n\s*\n", s.text) if p.strip()]
     if not strips:
         return sources, 0, [0.0] * len(sources)

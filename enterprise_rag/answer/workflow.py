@@ -1,4 +1,4 @@
-"""The corrective, self-checking answer workflow (DESIGN.md section 2), one step per stage.
+"""The corrective, self-checking answer workflow, one step per stage.
 
 prepare -> retrieve -> grade -> decide -> (rewrite -> retrieve ...)* -> [web] -> refine
 -> generate -> citations -> check -> (revise | rerun)* -> finish

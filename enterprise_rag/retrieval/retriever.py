@@ -117,20 +117,8 @@ class PermissionScopedRetriever(BaseRetriever):
         self._llm = llm
         self._reranker = reranker
         self._options = options or RetrievalOptions()
-        self._params = SearchParams(
-            candidates=max(settings.candidates, self._top_k),
-            rrf_k=settings.rrf_k,
-            dense_weight=settings.dense_weight,
-            text_weight=settings.text_weight,
-            superseded=settings.superseded,
-            ef_search=settings.hnsw_ef_search,
-            exact_scan_below=settings.exact_scan_below,
-            text_search_config=text_search_config,
-            bm25_k1=settings.bm25_k1,
-            bm25_b=settings.bm25_b,
-            bm25_title_boost=settings.bm25_title_boost,
-            bm25_max_terms=settings.bm25_max_terms,
-            bm25_max_postings=settings.bm25_max_postings,
+        self._params = SearchParams.from_settings(
+            settings, text_search_config, candidates=max(settings.candidates, self._top_k)
         )
 
     @property

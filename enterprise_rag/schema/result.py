@@ -1,4 +1,4 @@
-"""The result of one query and its JSON payload (DESIGN.md section 5)."""
+"""The result of one query and its JSON payload: answer, citations, evaluation, pipeline, trace id."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class QueryResult:
     labels and the corpus / web source counts; ``pipeline`` what the workflow did
     (decision, rewrites, retries, LLM calls, tokens, latency); ``sources`` the
     numbered passages the generator saw (text included). ``to_dict()`` is the
-    JSON payload of DESIGN.md section 5.
+    JSON payload callers receive (``enterprise-rag ask --json`` prints it).
 
     >>> res = rag.query("How long is the refund window?", user=dana)    # doctest: +SKIP
     >>> res.answer                                                      # doctest: +SKIP

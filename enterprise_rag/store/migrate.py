@@ -1,4 +1,4 @@
-"""A small migrator: applies ``sql/NNNN_*.sql`` in order, once each, and records them.
+"""A small migrator: applies ``enterprise_rag/sql/NNNN_*.sql`` in order, once each, and records them.
 
 Each file runs in its own transaction under an advisory lock, so two processes
 starting together do not race. Re-running is a no-op. No DDL runs at query time.

@@ -1,6 +1,6 @@
 """Reads made for a user run as a row-level-security-bound role with the principal set.
 
-The second wall behind the ACL predicates in our SQL (``sql/0004_row_security.sql``):
+The second wall behind the ACL predicates in our SQL (``enterprise_rag/sql/0004_row_security.sql``):
 inside :func:`read_as` the connection acts as ``enterprise_rag_reader``, a role
 without BYPASSRLS, and the policies show it only rows the principal may read. So a
 query that lost its ACL predicate still cannot return another user's passage.

@@ -16,7 +16,7 @@ leaf counts (``rag_acl_leaf_counts``), without scanning:
   leaf by leaf in score order until n pass.
 
 The text half is BM25 (Lucene's IDF, k1, b; title/heading words weighted) from
-the statistics tables of ``sql/0003_bm25.sql``, which triggers keep exact. IDF
+the statistics tables of ``enterprise_rag/sql/0003_bm25.sql``, which triggers keep exact. IDF
 and average length are corpus-wide, as in any shared index: how a principal's
 hits are ordered depends slightly on documents it cannot read, though it never
 receives them or their text.
@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import psycopg
 
+from enterprise_rag.config import RetrievalSettings
 from enterprise_rag.principal import Principal
 from enterprise_rag.store.scoping import acl_values, read_as
 from enterprise_rag.text import query_words
@@ -62,6 +63,8 @@ class Hit:
 
 @dataclass(frozen=True)
 class SearchParams:
+    """What one search statement is built and run with; :meth:`from_settings` takes them from configuration."""
+
     candidates: int = 50
     rrf_k: int = 60
     dense_weight: float = 1.0
@@ -76,6 +79,25 @@ class SearchParams:
     bm25_title_boost: float = 1.0
     bm25_max_terms: int = 32
     bm25_max_postings: int = 200_000
+
+    @classmethod
+    def from_settings(cls, settings: RetrievalSettings, text_search_config: str, *, candidates: int) -> SearchParams:
+        """The configured retrieval settings, with ``candidates`` hits per side (callers raise it to their top k)."""
+        return cls(
+            candidates=candidates,
+            rrf_k=settings.rrf_k,
+            dense_weight=settings.dense_weight,
+            text_weight=settings.text_weight,
+            superseded=settings.superseded,
+            ef_search=settings.hnsw_ef_search,
+            exact_scan_below=settings.exact_scan_below,
+            text_search_config=text_search_config,
+            bm25_k1=settings.bm25_k1,
+            bm25_b=settings.bm25_b,
+            bm25_title_boost=settings.bm25_title_boost,
+            bm25_max_terms=settings.bm25_max_terms,
+            bm25_max_postings=settings.bm25_max_postings,
+        )
 
 
 def _status_filter(params: SearchParams) -> str:
@@ -285,7 +307,7 @@ def search(
         "wt": params.text_weight,
         "demote": params.superseded_factor,
     }
-    with read_as(conn, principal):  # row-level security as the second wall (sql/0004_row_security.sql)
+    with read_as(conn, principal):  # row-level security as the second wall (enterprise_rag/sql/0004_row_security.sql)
         # One statement of settings, local to this transaction: no parallel workers (a gated-off branch
         # would still start them), no JIT (compiling costs more than this query runs), memory for the
         # BM25 aggregate and sort, and for HNSW the iterative scan, so a selective ACL still yields n rows.

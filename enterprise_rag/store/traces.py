@@ -55,7 +55,7 @@ class TraceStore:
             row = conn.execute("SELECT user_id FROM rag_traces WHERE trace_id = %s", (trace_id,)).fetchone()
             if row is not None:
                 if row[0] != principal.user_id:
-                    raise PermissionError("this trace belongs to another user")
+                    raise PermissionDeniedError("this trace belongs to another user")
                 conn.execute("UPDATE rag_traces SET status = 'running', error = NULL WHERE trace_id = %s", (trace_id,))
                 return False
             conn.execute(

@@ -23,6 +23,7 @@ from llama_index.core.vector_stores.types import (
 )
 from pydantic import PrivateAttr
 
+from enterprise_rag.config import RetrievalSettings
 from enterprise_rag.errors import IngestError, PermissionDeniedError
 from enterprise_rag.principal import Principal
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
@@ -35,18 +36,30 @@ _MODES = {VectorStoreQueryMode.DEFAULT: "dense", VectorStoreQueryMode.HYBRID: "h
 
 
 class PgRagVectorStore(BasePydanticVectorStore):
-    """LlamaIndex vector store over ``rag_documents`` / ``rag_nodes``."""
+    """LlamaIndex vector store over ``rag_documents`` / ``rag_nodes``.
+
+    Queries search with ``settings`` (fusion weights, superseded handling, HNSW and BM25
+    parameters; the defaults when not given) and return ``similarity_top_k`` hits.
+    """
 
     stores_text: bool = True
     is_embedding_query: bool = True
     text_search_config: str = "english"
     _db: Database = PrivateAttr()
     _principal: Principal | None = PrivateAttr(default=None)
+    _settings: RetrievalSettings = PrivateAttr()
 
-    def __init__(self, db: Database, principal: Principal | None = None, text_search_config: str = "english") -> None:
+    def __init__(
+        self,
+        db: Database,
+        principal: Principal | None = None,
+        text_search_config: str = "english",
+        settings: RetrievalSettings | None = None,
+    ) -> None:
         super().__init__(stores_text=True, text_search_config=text_search_config)
         self._db = db
         self._principal = principal
+        self._settings = settings or RetrievalSettings()
 
     @classmethod
     def class_name(cls) -> str:
@@ -58,7 +71,7 @@ class PgRagVectorStore(BasePydanticVectorStore):
 
     def for_principal(self, principal: Principal) -> PgRagVectorStore:
         """The same store, scoped to one principal for queries."""
-        return PgRagVectorStore(self._db, principal, self.text_search_config)
+        return PgRagVectorStore(self._db, principal, self.text_search_config, self._settings)
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         by_doc: dict[str, list[BaseNode]] = defaultdict(list)
@@ -113,7 +126,7 @@ class PgRagVectorStore(BasePydanticVectorStore):
             if mode == "dense":
                 return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
             mode = "text"
-        params = SearchParams(candidates=query.similarity_top_k, text_search_config=self.text_search_config)
+        params = SearchParams.from_settings(self._settings, self.text_search_config, candidates=query.similarity_top_k)
         with self._db.connection() as conn:
             hits = search(conn, self._principal, query.query_str or "", query.query_embedding, params, mode)  # type: ignore[arg-type]
         nodes = [TextNode(id_=h.node_id, text=h.text, metadata=h.metadata) for h in hits]

@@ -6,7 +6,7 @@ binary ``COPY``. Readers see either the old version or the new one, never both
 or neither. Stock ``PGVectorStore.add`` inserts row by row; this is the fast path.
 
 The BM25 statistics of the full-text search (``rag_bm25_*``, see
-``sql/0003_bm25.sql``) follow every node insert, delete and text change through
+``enterprise_rag/sql/0003_bm25.sql``) follow every node insert, delete and text change through
 statement-level triggers, in the same transaction: one trigger run per statement,
 so the writer's DELETE and COPY each cost one run per batch. A bulk write (see
 :func:`write_documents`) turns them off and recounts once instead.
@@ -36,7 +36,7 @@ NODE_TYPES = (
 )  # fmt: skip
 # Indexes whose per-row upkeep dominates a large write (HNSW above all); a bulk write rebuilds them.
 DEFERRED_INDEXES = ("rag_nodes_embedding", "rag_nodes_tsv", "rag_nodes_allowed_groups", "rag_nodes_allowed_users")
-# The statement triggers that keep the BM25 statistics (sql/0003_bm25.sql) in step with node writes.
+# The statement triggers that keep the BM25 statistics (enterprise_rag/sql/0003_bm25.sql) in step with node writes.
 BM25_WRITE_TRIGGERS = ("rag_bm25_insert", "rag_bm25_delete")
 
 

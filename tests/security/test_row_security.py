@@ -1,4 +1,4 @@
-"""Row-level security (sql/0004_row_security.sql): the second wall holds on its own.
+"""Row-level security (enterprise_rag/sql/0004_row_security.sql): the second wall holds on its own.
 
 Every query here is deliberately unfiltered (no ACL predicate of ours) and runs as
 the reader role through :func:`enterprise_rag.store.scoping.read_as`: the policies alone

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 from enterprise_rag.answer.checks.citations import cited_labels, split_line, split_sentences, strip_citations
 from enterprise_rag.answer.checks.grounding import MIN_SHARE, grounded_share
+from enterprise_rag.text import words
 
-_WORD = re.compile(r"[\w'-]+")
 _MIN_WORDS = 4
 _REPORTING_FRAME = re.compile(
     r"^\s*(?:according\s+to\s+(?:the\s+)?(?:sources?|documents?)\s*,\s*"
@@ -28,7 +28,7 @@ _REPORTING_FRAME = re.compile(
 
 
 def _words(text: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(text) if len(w) > 2}
+    return {w for w in words(text) if len(w) > 2}
 
 
 def best_source(sentence: str, sources: Mapping[str, str], threshold: float) -> str | None:

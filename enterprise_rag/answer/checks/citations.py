@@ -1,4 +1,4 @@
-"""Citation check, in code (design section 2, step 10).
+"""Citation check, in code.
 
 Answers are written from sources numbered ``[S1]..[Sn]``. Before the support
 check spends an LLM call, this module proves the cheap things: every cited label
@@ -29,6 +29,8 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from enterprise_rag.text import word_count
 
 NOT_FOUND_PHRASES: tuple[str, ...] = (
     "could not find",
@@ -197,7 +199,7 @@ def strip_citations(text: str) -> str:
 
 
 def _words(text: str) -> int:
-    return sum(1 for tok in strip_citations(text).split() if any(ch.isalnum() for ch in tok))
+    return word_count(strip_citations(text))
 
 
 def _is_abbrev(before: str, next_char: str) -> bool:
@@ -357,7 +359,7 @@ def check_citations(
         for m in _QUOTE_SPAN.finditer(unit.text):
             quote = m.group(1).strip()
             frags = _quote_fragments(quote)
-            if sum(len(f.split()) for f in frags) < 3:
+            if sum(word_count(f) for f in frags) < 3:
                 continue
             if not any(all(f in src for f in frags) for src in pool):
                 issues.append(CitationIssue("quote_not_in_source", quote, unit.text))

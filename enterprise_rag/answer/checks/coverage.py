@@ -23,11 +23,12 @@ _QUESTION_SENTENCE = re.compile(r"[^.?!]*\?")
 _AND_QUESTION_WORD = re.compile(r",?\s+and\s+(?=(?:what|which|how|when|where|who|whom|whose|why)\b)", re.IGNORECASE)
 _ASKS_QUANTITY = re.compile(r"^(?:how\s+(?:long|much|many|often|soon|quickly|far|old)|when)\b", re.IGNORECASE)
 _NUMBER = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|thirty|hundred)\b", re.I)
+# Words a question is framed with, beyond the stop words :func:`terms` already drops: no part is about them.
 _SCAFFOLDING = frozenset(
     {
-        "should", "could", "would", "must", "may", "might", "shall", "have", "has", "had", "need", "my", "me",
-        "our", "your", "you", "we", "they", "them", "their", "there", "its", "get", "did", "done", "any",
-        "some", "each", "one", "about", "if", "not", "all", "also", "then", "be", "been", "am", "were",
+        "should", "could", "would", "must", "may", "might", "shall", "have", "has", "had", "need", "me",
+        "your", "you", "they", "them", "their", "there", "its", "get", "did", "done", "any",
+        "some", "each", "one", "about", "if", "not", "all", "also", "then", "been", "am", "were",
     }
 )  # fmt: skip
 _SUFFIXES = ("ings", "ing", "ions", "ion", "ed", "es", "e", "s")
