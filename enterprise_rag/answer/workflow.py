@@ -22,7 +22,7 @@ import re
 import time
 from typing import Any
 
-from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import NodeWithScore
 from workflows import Workflow, step
 from workflows.events import Event, StartEvent, StopEvent
@@ -40,13 +40,20 @@ from enterprise_rag.errors import LLMError, WebSearchError
 from enterprise_rag.llm import prompts
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
-from enterprise_rag.retrieval.transforms import _STANDALONE, history_text
+from enterprise_rag.retrieval.transforms import Chat, standalone_question
 
 FLAGGED_ANSWER = (
     "I could not produce an answer that the documents fully support, so this question has been flagged for "
     "review. Please check the cited sources directly."
 )
 _SMALLTALK = re.compile(r"^\s*(hi|hello|hey|thanks|thank you|good (morning|afternoon|evening))[\s!.]*$", re.I)
+
+
+def _standalone_chat(caller: LLMCaller) -> Chat:
+    def chat(messages: list[ChatMessage], max_tokens: int) -> str:
+        return str(caller.call("grader", "standalone", messages, max_tokens=max_tokens))
+
+    return chat
 
 
 # ---- events ---------------------------------------------------------------------------------------------
@@ -110,19 +117,8 @@ class AnswerWorkflow(Workflow):
             s.retrieval_used = False
             self._trace("prepare", t0, needs_retrieval=False)
             return self._done("Hello! Ask me a question about your organisation's documents.")
-        query = s.question
-        if s.history:
-            body = f"Conversation:\n{history_text(s.history)}\n\nFollow-up question: {s.question}"
-            try:
-                reply = await self.caller.acall(
-                    "grader", "standalone",
-                    [ChatMessage(role=MessageRole.SYSTEM, content=_STANDALONE), prompts.user("standalone", body)],
-                    max_tokens=96,
-                )  # fmt: skip
-                line = next((ln.strip() for ln in str(reply).splitlines() if ln.strip()), "")
-                query = line.strip('"') or s.question
-            except LLMError:
-                query = " ".join([*(t["content"] for t in s.history if t.get("role") == "user"), s.question])
+        chat = _standalone_chat(self.caller)
+        query, _ = await _to_thread(standalone_question, chat, s.question, s.history)
         s.query = query
         self._trace("prepare", t0, needs_retrieval=True, standalone_question=query)
         return Retrieve(query=query)
