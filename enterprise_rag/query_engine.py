@@ -10,9 +10,10 @@ whose ``source_nodes`` are the passages the answer cites and whose
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.response.schema import Response
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.prompts.mixin import PromptMixinType
@@ -22,8 +23,15 @@ from enterprise_rag.principal import Principal, require_principal
 from enterprise_rag.schema.result import QueryResult
 from enterprise_rag.schema.sources import History
 
-if TYPE_CHECKING:
-    from enterprise_rag.rag import EnterpriseRAG
+
+class Answerer(Protocol):
+    """What the engine uses of :class:`~enterprise_rag.EnterpriseRAG`: permission-scoped answers and retrieval."""
+
+    def query(self, question: str, *, user: Principal, history: History | None = None) -> QueryResult: ...
+
+    async def aquery(self, question: str, *, user: Principal, history: History | None = None) -> QueryResult: ...
+
+    def as_retriever(self, user: Principal, *, history: History | None = None) -> BaseRetriever: ...
 
 
 class PermissionScopedQueryEngine(BaseQueryEngine):
@@ -44,7 +52,7 @@ class PermissionScopedQueryEngine(BaseQueryEngine):
 
     def __init__(
         self,
-        rag: EnterpriseRAG,
+        rag: Answerer,
         user: Principal,
         history: History | None = None,
         callback_manager: CallbackManager | None = None,

@@ -3,28 +3,34 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 
-from enterprise_rag.answer.streaming import StreamEvent
+from enterprise_rag.answer.streaming import StreamEvent, iterate_sync
 from enterprise_rag.config import RagSettings, load_settings
 from enterprise_rag.errors import PermissionDeniedError
 from enterprise_rag.principal import Principal, require_principal
 from enterprise_rag.providers import Providers
 from enterprise_rag.query_engine import PermissionScopedQueryEngine
-from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions
+from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions, RetrievalResult
 from enterprise_rag.schema.documents import document_id_for
 from enterprise_rag.schema.ingest import IngestReport, Progress
 from enterprise_rag.schema.result import QueryResult, RetrievedNodes, Trace
-from enterprise_rag.schema.sources import History
+from enterprise_rag.schema.sources import History, WebResult
 from enterprise_rag.store import Database
 from enterprise_rag.store.documents import document_ids_matching
 from enterprise_rag.store.status import store_status
 from enterprise_rag.store.writer import delete_documents
+
+if TYPE_CHECKING:
+    from enterprise_rag.answer.checks.grading import Grader
+    from enterprise_rag.answer.runner import AnswerRunner
+    from enterprise_rag.llm.caller import LLMCaller
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +66,8 @@ class EnterpriseRAG:
             self.settings, self.data_dir, embed_model=embed_model, generator=generator, grader=grader
         )
         self.db = Database(self.settings.database, self.data_dir, self.settings.embedding.dimensions)
+        self._answers: AnswerRunner | None = None  # the answer workflow, built on the first query
+        self._answers_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, path: str | Path | None, data_dir: str | Path | None = None, **injected: Any) -> EnterpriseRAG:
@@ -168,9 +176,8 @@ class EnterpriseRAG:
 
         >>> res = await rag.aquery("How long is the refund window?", user=dana)   # doctest: +SKIP
         """
-        from enterprise_rag.answer.runner import run_query
-
-        return await run_query(self, question, require_principal(user), history, trace_id)
+        principal = require_principal(user)
+        return await self._answer_runner().run(question, principal, history, trace_id)
 
     def query(
         self, question: str, user: Principal, history: History | None = None, trace_id: str | None = None
@@ -201,9 +208,49 @@ class EnterpriseRAG:
         >>> for event in rag.stream_query("How long is the refund window?", user=dana):  # doctest: +SKIP
         ...     print(event.name if event.kind == "step" else event.text if event.kind == "answer" else event.data)
         """
-        from enterprise_rag.answer.streaming import stream_query
+        principal = require_principal(user)
+        return iterate_sync(self._answer_runner().stream(question, principal, history))
 
-        return stream_query(self, question, require_principal(user), history)
+    def _answer_runner(self) -> AnswerRunner:
+        """The one answer workflow (and its runner) that serves every query, built on first use."""
+        with self._answers_lock:
+            if self._answers is None:
+                self._answers = self._build_answer_runner()
+            return self._answers
+
+    def _build_answer_runner(self) -> AnswerRunner:
+        from enterprise_rag.answer.checks.grading import Grader
+        from enterprise_rag.answer.runner import AnswerRunner
+        from enterprise_rag.answer.workflow import AnswerWorkflow
+        from enterprise_rag.store.traces import TraceStore
+
+        cfg = self.settings.workflow
+        providers = self.providers
+        embed_model = providers.embed_model
+
+        def retrieve(principal: Principal, query: str, top_k: int) -> RetrievalResult:
+            return self.as_retriever(principal, top_k=top_k).retrieve_with_trace(query)
+
+        def grader(caller: LLMCaller) -> Grader:
+            return Grader(
+                self.db, caller, floor=cfg.grade_floor, keep_similarity=cfg.grade_keep_similarity,
+                passage_chars=cfg.grade_passage_chars, embed_model=embed_model,
+            )  # fmt: skip
+
+        # The web source is built when a query first needs it, not with the workflow.
+        def egress_allows(principal: Principal) -> bool:
+            return bool(providers.egress_policy.allows(principal))
+
+        def web_search(query: str) -> list[WebResult]:
+            source = providers.web_search
+            return [] if source is None else source.search(query)
+
+        workflow = AnswerWorkflow(
+            retrieve=retrieve, grader=grader, embed_model=embed_model, egress_allows=egress_allows,
+            web_search=web_search, settings=cfg,
+        )  # fmt: skip
+        llms = {"generator": providers.generator, "grader": providers.grader}
+        return AnswerRunner(workflow, TraceStore(self.db), llms, cfg)
 
     def resume(self, trace_id: str, user: Principal) -> QueryResult:
         """Resume an interrupted query from its trace (same user only), replaying the LLM calls it had made.

@@ -8,8 +8,10 @@ answers follow from the documents, not from call order.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from enterprise_rag import EnterpriseRAG, Principal
-from enterprise_rag.answer.workflow import FLAGGED_ANSWER
+from enterprise_rag.answer.workflow import FLAGGED_ANSWER, AnswerWorkflow
 from enterprise_rag.config import load_settings
 from enterprise_rag.errors import LLMError, PermissionDeniedError
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
@@ -823,3 +825,118 @@ def test_stream_query_yields_steps_then_the_checked_answer_then_the_result(make_
     assert steps[:3] == ["prepare", "retrieve", "grade"] and steps[-1] == "check"
     result = events[-1].data
     assert "".join(e.text for e in events if e.kind == "answer").replace(" ", "") == result.answer.replace(" ", "")
+    trace = rag.trace(result.trace_id, ALICE)
+    assert trace is not None
+    streamed = [(e.name, json.loads(json.dumps(e.data))) for e in events if e.kind == "step"]
+    assert streamed == [(s["step"], s["data"]) for s in trace["steps"]]  # what was stored, as it happened
+
+
+def test_leaving_a_stream_early_cancels_the_run_and_it_can_be_resumed(make_rag: MakeRag) -> None:
+    generator, grader = llms()
+    rag = make_rag(generator, grader)
+    events = rag.stream_query(QUESTION, user=ALICE)
+    first = next(events)
+    assert (first.kind, first.name) == ("step", "prepare")
+    events.close()
+
+    (recent,) = _recent(rag)
+    left = rag.trace(recent["trace_id"], ALICE)
+    assert left is not None and left["status"] == "failed" and [s["step"] for s in left["steps"]] == ["prepare"]
+    res = rag.resume(recent["trace_id"], ALICE)
+    assert FACT in res.answer and res.trace_id == recent["trace_id"]
+
+
+# ---- one workflow instance, concurrent runs ------------------------------------------------------------
+# Each question has its own answer in the documents; every principal reads them all (all-staff).
+CONCURRENT = {
+    "How many days of paid vacation does an employee get per year?": "27 days",
+    "Until when do unused vacation days carry over?": "March 31",
+    "Up to how much are meals during business travel reimbursed per day?": "60 euros",
+    "Within how many days must receipts be uploaded to the expense portal?": "30 days",
+    "How long must passwords be at least?": "14 characters",
+    "How often are passwords rotated?": "180 days",
+    "Can an old password be used again?": "never reused",
+    "What does every employee receive per calendar year?": "paid vacation",
+}
+
+
+def by_question(handler_for: Callable[[str], Handler]) -> Handler:
+    """Route a grade / generate / check prompt to the handler for the question it asks."""
+
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        match = re.search(r"^Question: (.*)$", messages[-1].content, re.M)
+        assert match is not None, messages[-1].content
+        return handler_for(match.group(1))(messages, kwargs)
+
+    return handler
+
+
+def test_concurrent_queries_share_one_workflow_and_keep_their_runs_apart(
+    make_rag: MakeRag, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight queries at once on one EnterpriseRAG: one workflow instance serves them all, while each
+    result and stored trace holds only its own question, steps and LLM calls."""
+    served: list[AnswerWorkflow] = []
+    run = AnswerWorkflow.run
+
+    def spy(self: AnswerWorkflow, *args: Any, **kwargs: Any) -> Any:
+        served.append(self)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(AnswerWorkflow, "run", spy)
+    # Generation waits (briefly) until two runs are generating at once: the runs really overlap.
+    lock, overlapping, in_flight = threading.Lock(), threading.Event(), [0]
+
+    def generate(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        with lock:
+            in_flight[0] += 1
+            if in_flight[0] >= 2:
+                overlapping.set()
+        overlapping.wait(timeout=2)
+        try:
+            return by_question(lambda q: answer_with(CONCURRENT[q]))(messages, kwargs)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    generator, grader = llms(grade=by_question(lambda q: grade_yes_if(CONCURRENT[q])), generate=generate)
+    rag = make_rag(generator, grader)
+    asks = [(q, Principal(user_id=f"user{i}", groups=["all-staff"])) for i, q in enumerate(CONCURRENT)]
+
+    async def ask_all() -> list[Any]:
+        return await asyncio.gather(*(rag.aquery(q, user=p) for q, p in asks))
+
+    results = asyncio.run(ask_all())
+
+    assert overlapping.is_set()
+    assert len(served) == len(asks) and all(w is served[0] for w in served)
+    assert len({r.trace_id for r in results}) == len(asks)
+    for (question, principal), res in zip(asks, results, strict=True):
+        keyword = CONCURRENT[question]
+        assert keyword in res.answer and res.citations and res.pipeline["decision"] == "proceed"
+        assert res.pipeline["llm_calls"] == 3
+        trace = rag.trace(res.trace_id, principal)
+        assert trace is not None and trace["question"] == question and trace["user_id"] == principal.user_id
+        assert [s["step"] for s in trace["steps"]] == ["prepare", "retrieve", "grade", "refine", "generate",
+                                                       "citations", "check"]  # fmt: skip
+        assert step_data(trace, "retrieve")[0]["query"] == question
+        assert step_data(trace, "generate")[0]["answer"] == res.answer
+        calls = trace["llm_calls"]
+        assert [(c["name"], c["seq"]) for c in calls] == [("grade", 1), ("generate", 2), ("check", 3)]
+        assert all(f"Question: {question}\n" in c["messages"][-1]["content"] for c in calls)
+        assert trace["result"] == res.to_dict()
+    assert rag.trace(results[0].trace_id, asks[1][1]) is None  # a trace is its owner's only
+
+
+def test_the_sync_api_works_inside_a_running_event_loop(make_rag: MakeRag) -> None:
+    """As in Jupyter, whose own loop is running: query and stream_query run the workflow on a loop of their own."""
+    generator, grader = llms()
+    rag = make_rag(generator, grader)
+
+    async def in_a_notebook() -> tuple[Any, list[Any]]:
+        return rag.query(QUESTION, user=ALICE), list(rag.stream_query(QUESTION, user=ALICE))
+
+    res, events = asyncio.run(in_a_notebook())
+    assert FACT in res.answer
+    assert [e.kind for e in events][0] == "step" and events[-1].kind == "result"
+    assert events[-1].data.answer == res.answer

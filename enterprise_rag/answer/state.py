@@ -1,32 +1,33 @@
-"""What one answer run knows so far: the question, candidates, grades, sources, draft and loop counters.
+"""What one answer run knows so far: candidates, grades, sources, draft and loop counters.
 
-The workflow's steps read and update it; :class:`~enterprise_rag.answer.outcome.Outcome` is made from it.
+It is the typed state of the run's workflow ``Context``, so concurrent runs of
+the one workflow instance share nothing; the steps edit it and
+:class:`~enterprise_rag.answer.outcome.Outcome` is made from it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from llama_index.core.schema import NodeWithScore
+from pydantic import BaseModel, ConfigDict, Field
 
 from enterprise_rag.answer.checks.decision import DecisionResult
 from enterprise_rag.answer.checks.grading import Grade
 from enterprise_rag.answer.checks.support import NOT_APPLICABLE, SupportVerdict
-from enterprise_rag.principal import Principal
-from enterprise_rag.schema.sources import History, Source
+from enterprise_rag.answer.events import Ask
+from enterprise_rag.schema.sources import Source
 
 
-@dataclass
-class RunState:
-    question: str
-    principal: Principal
-    history: History
+class RunState(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    # The start event holds live collaborators (LLM caller, trace recorder): excluded, so edits share it.
+    ask: Ask | None = Field(default=None, exclude=True)
     query: str = ""
-    queries: list[str] = field(default_factory=list)
-    candidates: dict[str, NodeWithScore] = field(default_factory=dict)
-    grades: dict[str, Grade] = field(default_factory=dict)
+    queries: list[str] = Field(default_factory=list)
+    candidates: dict[str, NodeWithScore] = Field(default_factory=dict)
+    grades: dict[str, Grade] = Field(default_factory=dict)
     decision: DecisionResult | None = None
-    sources: list[Source] = field(default_factory=list)
+    sources: list[Source] = Field(default_factory=list)
     answer: str = ""
     rewrites: int = 0
     citation_revisions: int = 0
@@ -37,11 +38,18 @@ class RunState:
     flagged: bool = False
     retrieval_used: bool = True
     basis: frozenset[str] = frozenset()  # ids of the sources of the current draft
-    not_found_from: list[frozenset[str]] = field(default_factory=list)  # source sets with no answer in them
-    second_opinion: bool = False  # the current draft is the second opinion (see the module docstring)
+    not_found_from: list[frozenset[str]] = Field(default_factory=list)  # source sets with no answer in them
+    second_opinion: bool = False  # the current draft is the second opinion (see answer.workflow)
     second_opinion_asked: bool = False  # at most one per query
+
+    @property
+    def run(self) -> Ask:
+        """The event this run started with: question, history, principal, LLM caller, trace recorder."""
+        if self.ask is None:
+            raise RuntimeError("the run has not started: no Ask event in its state")
+        return self.ask
 
     @property
     def answered(self) -> str:
         """The question generation answers: a follow-up's standalone form, else the question as asked."""
-        return self.query if self.history else self.question
+        return self.query if self.run.history else self.run.question

@@ -1,21 +1,14 @@
-"""Streaming a query: step progress as it happens, then the checked answer."""
+"""Streaming a query: the events it yields, and their bridge to sync code."""
 
 from __future__ import annotations
 
-import queue
-import threading
-from collections.abc import Iterator
+import asyncio
+import concurrent.futures
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, TypeVar
 
-from enterprise_rag.answer.checks.citations import split_sentences
-from enterprise_rag.principal import Principal
-from enterprise_rag.schema.sources import History
-
-if TYPE_CHECKING:
-    from enterprise_rag.rag import EnterpriseRAG
-
-_DONE = object()
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -28,29 +21,35 @@ class StreamEvent:
     data: Any = field(default=None)
 
 
-def stream_query(rag: EnterpriseRAG, question: str, user: Principal, history: History | None) -> Iterator[StreamEvent]:
-    from enterprise_rag.answer.runner import run_query, run_sync
+def iterate_sync(stream: AsyncGenerator[T, None]) -> Iterator[T]:
+    """Iterate ``stream`` from sync code on a private event loop, which runs in this thread, or in a worker
+    thread when this one already runs a loop (Jupyter). Leaving early closes ``stream``."""
+    try:
+        asyncio.get_running_loop()
+        threaded = True
+    except RuntimeError:
+        threaded = False
+    runner = asyncio.Runner()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
 
-    events: queue.Queue[Any] = queue.Queue()
-    outcome: dict[str, Any] = {}
+        def call(fn: Callable[..., Any], *args: Any) -> Any:
+            return pool.submit(fn, *args).result() if threaded else fn(*args)
 
-    def work() -> None:
+        async def next_item() -> T:
+            return await anext(stream)
+
+        async def close() -> None:
+            await stream.aclose()
+
         try:
-            outcome["result"] = run_sync(
-                run_query(rag, question, user, history, on_step=lambda name, data: events.put((name, data)))
-            )
-        except BaseException as exc:  # re-raised in the consumer's thread
-            outcome["error"] = exc
+            while True:
+                try:
+                    item = call(runner.run, next_item())
+                except StopAsyncIteration:
+                    return
+                yield item
         finally:
-            events.put(_DONE)
-
-    threading.Thread(target=work, name="enterprise-rag-stream", daemon=True).start()
-    while (item := events.get()) is not _DONE:
-        name, data = item
-        yield StreamEvent("step", name=name, data=data)
-    if "error" in outcome:
-        raise outcome["error"]
-    result = outcome["result"]
-    for sentence in split_sentences(result.answer) or [result.answer]:
-        yield StreamEvent("answer", text=sentence)
-    yield StreamEvent("result", data=result)
+            try:
+                call(runner.run, close())
+            finally:
+                call(runner.close)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from llama_index.core.llms import ChatMessage, MessageRole
 
 from enterprise_rag.llm.untrusted import as_data, fence
-from enterprise_rag.schema.sources import Source
+from enterprise_rag.schema.sources import History, Source
 
 NOT_FOUND_ANSWER = "I could not find this in the documents you have access to."
 
@@ -81,6 +81,22 @@ CHECK_SCHEMA = {
 REWRITE_RULES = """You improve search queries. Rewrite the question as a search query that would find
 the passage answering it in company documents: keep names, codes and numbers, add likely synonyms.
 Reply with the query only, on one line."""
+
+
+# Query transforms: the conversation and question are untrusted text, passed as data in the user message.
+STANDALONE_RULES = (
+    "You rewrite a follow-up question from a conversation into one standalone question that can be "
+    "understood without the conversation. Keep every specific name, number and term. Do not answer it. "
+    "Reply with the question only."
+)
+EXPAND_RULES = (
+    "Write {n} different search queries that would find documents answering the question. Use "
+    "different wording and likely terms from such documents. One query per line, no numbering."
+)
+HYDE_RULES = (
+    "Write a short passage (3-4 sentences) from a company document that would answer the question. "
+    "Write it as the document would, without hedging."
+)
 
 
 def source_header(s: Source) -> str:
@@ -160,3 +176,20 @@ def rewrite_messages(question: str, previous: list[str]) -> list[ChatMessage]:
     tried = "\n".join(f"- {q}" for q in previous)
     body = f"Question: {question}\nQueries already tried (find different wording):\n{tried}"
     return [ChatMessage(role=MessageRole.SYSTEM, content=REWRITE_RULES), user("rewrite", body)]
+
+
+def history_text(history: History, turns: int = 6) -> str:
+    """The last ``turns`` turns of a conversation, one ``role: content`` line each (empty turns left out)."""
+    lines = []
+    for turn in list(history)[-turns:]:
+        role = str(turn.get("role", "user"))
+        content = str(turn.get("content", "")).strip()
+        if content:
+            lines.append(f"{role}: {content}")
+    return "\n".join(lines)
+
+
+def standalone_messages(question: str, history: History) -> list[ChatMessage]:
+    """Rewrite the follow-up ``question`` of ``history`` into a question that stands on its own."""
+    body = f"Conversation:\n{history_text(history)}\n\nFollow-up question: {question}"
+    return [ChatMessage(role=MessageRole.SYSTEM, content=STANDALONE_RULES), user("standalone", body)]

@@ -21,7 +21,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from enterprise_rag.config import RetrievalSettings
 from enterprise_rag.principal import Principal, require_principal
 from enterprise_rag.retrieval.merging import auto_merge, expand_within_section
-from enterprise_rag.retrieval.transforms import expand_queries, hypothetical_document, standalone_question
+from enterprise_rag.retrieval.transforms import expand_queries, hypothetical_document, llm_chat, standalone_question
 from enterprise_rag.schema.sources import History
 from enterprise_rag.store import Database
 from enterprise_rag.store.parents import fetch_ancestors
@@ -132,7 +132,8 @@ class PermissionScopedRetriever(BaseRetriever):
         opts = self._options
         query = question
         if self._history and opts.rewrite_with_history:
-            query, trace["rewrite"] = standalone_question(self._llm, question, self._history)
+            chat = llm_chat(self._llm) if self._llm is not None else None
+            query, trace["rewrite"] = standalone_question(chat, question, self._history)
         queries = [query]
         if opts.multi_query and self._llm is not None:
             queries += expand_queries(self._llm, query, opts.multi_query)

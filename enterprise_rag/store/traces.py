@@ -12,7 +12,6 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from enterprise_rag.errors import PermissionDeniedError
@@ -142,12 +141,9 @@ class TraceStore:
 class TraceRecorder:
     """The trace of one running query: numbered steps and LLM calls, replayed on resume."""
 
-    def __init__(
-        self, store: TraceStore | None, trace_id: str, listener: Callable[[str, dict[str, Any]], None] | None = None
-    ) -> None:
+    def __init__(self, store: TraceStore | None, trace_id: str) -> None:
         self.store = store
         self.trace_id = trace_id
-        self._listener = listener
         self._seq = 0
         self._lock = threading.Lock()
         self._replay: dict[str, dict[str, Any]] = store.recorded_calls(trace_id) if store else {}
@@ -162,8 +158,6 @@ class TraceRecorder:
         self.steps.append({"seq": seq, "step": name, "data": data, "ms": round(ms, 1)})
         if self.store:
             self.store.record_step(self.trace_id, seq, name, data, ms)
-        if self._listener:
-            self._listener(name, data)
 
     def replayed(self, key: str) -> dict[str, Any] | None:
         return self._replay.get(key)

@@ -176,8 +176,8 @@ def echo_llms(rewrite_to: str) -> tuple[ScriptedLLM, ScriptedLLM]:
 
     check = {"claims": [{"claim": "as stated", "supported": True}], "answers_question": True}
     generator = ScriptedLLM({"generate": echo, "revise": echo, "reconsider": echo})
-    # "text": the retriever's own follow-up rewrite (a prompt without a task header)
-    tasks = {"grade": grade, "check": check, "standalone": rewrite_to, "rewrite": rewrite_to, "text": rewrite_to}
+    # "standalone": the follow-up rewrite, the same prompt in the workflow and in the retriever
+    tasks = {"grade": grade, "check": check, "standalone": rewrite_to, "rewrite": rewrite_to}
     grader = ScriptedLLM(tasks)
     return generator, grader
 

@@ -1,0 +1,85 @@
+"""The events of the answer workflow: each carries what the step it starts needs.
+
+:class:`Ask` starts a run with its question and its per-run collaborators (the
+LLM caller, which counts the run's calls, and the trace recorder), so one
+workflow instance serves every query. :class:`StepFinished` is not routed to a
+step: it is written to the run's event stream when a step has recorded what it
+did, which is how progress is streamed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.schema import NodeWithScore
+from workflows.events import Event, StartEvent
+
+from enterprise_rag.answer.checks.decision import DecisionResult
+from enterprise_rag.llm.caller import LLMCaller
+from enterprise_rag.principal import Principal
+from enterprise_rag.schema.sources import Source
+from enterprise_rag.store.traces import TraceRecorder
+
+
+class Ask(StartEvent):
+    """One query: the question as asked, its conversation, who asks, and the run's LLM caller and trace."""
+
+    question: str
+    history: list[dict[str, str]]
+    principal: Principal
+    caller: LLMCaller
+    recorder: TraceRecorder
+
+
+class Retrieve(Event):
+    query: str
+
+
+class Retrieved(Event):
+    """Passages a retrieval found that the run had not seen yet, to grade."""
+
+    passages: list[NodeWithScore]
+
+
+class Graded(Event):
+    """Every candidate has a grade; the decision they make."""
+
+    decision: DecisionResult
+
+
+class Rewrite(Event):
+    reason: str
+
+
+class WebFallback(Event):
+    reason: str
+
+
+class Refine(Event):
+    """Build the sources: the kept corpus passages and these web sources."""
+
+    web: list[Source]
+
+
+class Generate(Event):
+    """Draft an answer from ``sources``; with ``feedback``, revise ``draft``."""
+
+    sources: list[Source]
+    question: str
+    feedback: str = ""
+    draft: str = ""
+
+
+class Drafted(Event):
+    answer: str
+
+
+class CitationsChecked(Event):
+    answer: str
+
+
+class StepFinished(Event):
+    """Streamed progress: a step and what it wrote into the trace."""
+
+    name: str
+    data: dict[str, Any]
