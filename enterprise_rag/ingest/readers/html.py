@@ -2,19 +2,22 @@
 
 Navigation, headers, footers, asides, scripts and styles are dropped so that
 menus and cookie banners are not indexed as if they were policy text. Headings
-h1-h6 build breadcrumbs; a list or a table is one block each.
+h1-h6 build breadcrumbs; a list or a table is one block each. BeautifulSoup is
+imported by the functions that walk a page, so importing the ingest path does
+not load it (nor its CSS selector engine) until an HTML file is read.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-
-from bs4 import BeautifulSoup, NavigableString, Tag
-from bs4.element import Comment, Doctype, ProcessingInstruction
+from typing import TYPE_CHECKING
 
 from enterprise_rag.ingest.readers.common import Parsed, decode_text
 from enterprise_rag.ingest.readers.outline import Outline, by_level
+
+if TYPE_CHECKING:
+    from bs4 import NavigableString, Tag
 
 _DROP = ["script", "style", "nav", "aside", "noscript", "template", "svg", "iframe", "button"]
 _CHROME = ["header", "footer"]  # page chrome, unless inside the article (an article's header holds its h1)
@@ -30,6 +33,8 @@ _WS = re.compile(r"\s+")
 
 def read_html(raw: bytes, path: Path) -> Parsed:
     """Parse an HTML file (UTF-8, or the charset its <meta> declares)."""
+    from bs4 import BeautifulSoup, Tag
+
     declared = _CHARSET.search(raw[:4096])
     text = decode_text(raw, path, declared.group(1).decode("ascii") if declared else None)
     soup = BeautifulSoup(text, "html.parser")
@@ -53,6 +58,9 @@ def read_html(raw: bytes, path: Path) -> Parsed:
 
 def _text(node: Tag | NavigableString) -> str:
     """Visible text of a node with whitespace collapsed (``<br>`` becomes a line break)."""
+    from bs4 import NavigableString, Tag
+    from bs4.element import Comment, Doctype, ProcessingInstruction
+
     if isinstance(node, NavigableString):
         return " ".join(str(node).split())
     parts: list[str] = []
@@ -74,6 +82,9 @@ class _Walker:
         self.outline = outline
 
     def container(self, node: Tag) -> None:
+        from bs4 import NavigableString, Tag
+        from bs4.element import Comment, Doctype, ProcessingInstruction
+
         inline: list[str] = []
 
         def flush() -> None:
@@ -141,6 +152,8 @@ def _list_lines(node: Tag, depth: int) -> list[str]:
 
 def _table(node: Tag) -> str:
     """One line per row, cells joined with ' | ' (caption first when there is one)."""
+    from bs4 import Tag
+
     rows: list[str] = []
     caption = node.find("caption")
     if isinstance(caption, Tag) and _text(caption):

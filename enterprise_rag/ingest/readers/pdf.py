@@ -4,7 +4,9 @@ pypdf's plain ``extract_text`` loses what tells a heading from body text and a
 table from prose, so text is collected through its visitor callback with the
 position and font of every fragment. :mod:`.pdf_layout` turns those lines into
 blocks; this module opens the file, refuses what cannot be read (corrupt,
-encrypted, no pages) and builds the lines.
+encrypted, no pages) and builds the lines. pypdf itself is imported on the
+first PDF read, not with this module: it is the slowest part of importing the
+ingest path, and most processes that import the package never parse a PDF.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pypdf import PdfReader
-from pypdf.errors import DependencyError, PdfReadError, PdfStreamError
+from typing import TYPE_CHECKING, Any
 
 from enterprise_rag.errors import IngestError
 from enterprise_rag.ingest.readers.common import Parsed
 from enterprise_rag.ingest.readers.pdf_layout import Line, build_blocks
+
+if TYPE_CHECKING:
+    from pypdf import PdfReader
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +35,16 @@ _BOLD = re.compile(r"bold|black|heavy|semibold|demi", re.IGNORECASE)
 _MONO = re.compile(r"courier|mono|consol|menlo|code|typewriter", re.IGNORECASE)
 _PAGE_NUMBER = re.compile(r"^(?:page\s*)?\d{1,4}(?:\s*(?:of|/)\s*\d{1,4})?$", re.IGNORECASE)
 _JUNK_TITLE = re.compile(r"^(?:untitled|microsoft word - .*|.*\.(?:docx?|pdf|indd|tex))$", re.IGNORECASE)
-_PARSE_ERRORS = (
-    PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, AttributeError, IndexError,
-    OSError, RecursionError, zlib.error, AssertionError,
+_GENERIC_PARSE_ERRORS = (
+    ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, RecursionError, zlib.error, AssertionError,
 )  # fmt: skip
+
+
+def _parse_errors() -> tuple[type[BaseException], ...]:
+    """What a malformed PDF raises: pypdf's own errors and the generic ones its parser lets through."""
+    from pypdf.errors import PdfReadError, PdfStreamError
+
+    return (PdfReadError, PdfStreamError, *_GENERIC_PARSE_ERRORS)
 
 
 @dataclass
@@ -55,6 +63,8 @@ def read_pdf(raw: bytes, path: Path) -> Parsed:
     where = str(path)
     if b"%PDF-" not in raw[:1024]:
         raise IngestError(where, "not a PDF file: no %PDF- header (corrupt or mislabelled file)")
+    from pypdf import PdfReader
+
     try:
         reader = PdfReader(io.BytesIO(raw), strict=False)
         if reader.is_encrypted and not _decrypt_without_password(reader):
@@ -62,7 +72,7 @@ def read_pdf(raw: bytes, path: Path) -> Parsed:
         page_count = len(reader.pages)
     except IngestError:
         raise
-    except _PARSE_ERRORS as exc:
+    except _parse_errors() as exc:
         raise IngestError(where, f"corrupt or unreadable PDF ({type(exc).__name__}: {exc})") from exc
     if page_count == 0:
         raise IngestError(where, "PDF has no pages")
@@ -70,7 +80,7 @@ def read_pdf(raw: bytes, path: Path) -> Parsed:
     for number, page in enumerate(reader.pages, start=1):
         try:
             pages.append(_page_lines(page, number))
-        except _PARSE_ERRORS as exc:
+        except _parse_errors() as exc:
             logger.warning("%s: page %d could not be read and is skipped: %s", where, number, exc)
             pages.append([])
     if not any(pages):
@@ -82,9 +92,13 @@ def read_pdf(raw: bytes, path: Path) -> Parsed:
 
 def _decrypt_without_password(reader: PdfReader) -> bool:
     """Open 'owner-password only' PDFs (empty user password); anything else stays refused."""
+    from pypdf.errors import DependencyError
+
     try:
         return bool(reader.decrypt(""))
-    except (DependencyError, NotImplementedError, *_PARSE_ERRORS):
+    except (DependencyError, NotImplementedError):
+        return False
+    except _parse_errors():
         return False
 
 
@@ -247,6 +261,6 @@ def _metadata_title(reader: PdfReader) -> str | None:
     try:
         meta = reader.metadata
         title = " ".join(str(meta.title).split()) if meta is not None and meta.title else ""
-    except _PARSE_ERRORS:
+    except _parse_errors():
         return None
     return title if title and not _JUNK_TITLE.match(title) else None
