@@ -21,6 +21,8 @@ from typing import Any
 import yaml
 
 from enterprise_rag.errors import IngestError, WebSearchError
+from enterprise_rag.ingest.readers import READERS
+from enterprise_rag.ingest.readers.common import decode_text
 from enterprise_rag.schema.sources import WebResult
 from enterprise_rag.text import terms
 
@@ -192,9 +194,6 @@ def _stamp(path: Path) -> tuple[str, int, int]:
 
 def _read_curated(path: Path) -> tuple[_Doc, list[tuple[str, tuple[str, ...]]]]:
     """One curated file: its label, title, date and passages (text, heading path)."""
-    from enterprise_rag.ingest.readers import READERS
-    from enterprise_rag.ingest.readers.common import decode_text
-
     raw = path.read_bytes()
     if len(raw) > _MAX_FILE_BYTES:
         raise ValueError(f"over {_MAX_FILE_BYTES // (1024 * 1024)} MB")

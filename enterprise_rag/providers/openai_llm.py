@@ -10,68 +10,98 @@ workflow's own retry loop does not multiply again.
 
 Stock also lets the instance's ``max_tokens`` override a per-call ``max_tokens``;
 here the call's budget wins, as it does for the local model.
+
+The class derives from llama-index's ``OpenAI``, which comes with the ``openai``
+extra (and takes most of a second to import), so it is defined on first use by
+:func:`bounded_retry_openai_class`: importing this module needs neither.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse
 from llama_index.core.bridge.pydantic import Field
-from llama_index.llms.openai import OpenAI
+from llama_index.core.llms import LLM
 
 from enterprise_rag.errors import LLMUnavailableError
+from enterprise_rag.extras import require
 
 
-class BoundedRetryOpenAI(OpenAI):
-    """``OpenAI`` whose SDK client retries ``http_max_retries`` times and whose wrapper never retries."""
+def bounded_retry_openai(**kwargs: Any) -> LLM:
+    """A ``BoundedRetryOpenAI(**kwargs)``; :class:`MissingExtraError` without the ``openai`` extra."""
+    return bounded_retry_openai_class()(**kwargs)
 
-    http_max_retries: int = Field(default=2, ge=0, description="Retries of one call by the openai SDK.")
 
-    def __init__(self, *, http_max_retries: int = 2, **kwargs: Any) -> None:
-        super().__init__(max_retries=0, http_max_retries=http_max_retries, **kwargs)  # 0: wrapper loop off
+@functools.cache
+def bounded_retry_openai_class() -> type[LLM]:
+    """The ``BoundedRetryOpenAI`` class, defined once, on the first call (imports the ``openai`` extra)."""
+    if TYPE_CHECKING:
+        import openai
+        from llama_index.llms.openai import OpenAI
+    else:
+        openai = require("openai", "openai")
+        OpenAI = require("llama_index.llms.openai", "openai").OpenAI
 
-    @classmethod
-    def class_name(cls) -> str:
-        return "BoundedRetryOpenAI"
+    class BoundedRetryOpenAI(OpenAI):
+        """``OpenAI`` whose SDK client retries ``http_max_retries`` times and whose wrapper never retries."""
 
-    def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
-        return {**super()._get_credential_kwargs(is_async), "max_retries": self.http_max_retries}
+        http_max_retries: int = Field(default=2, ge=0, description="Retries of one call by the openai SDK.")
 
-    def _get_model_kwargs(self, **kwargs: Any) -> dict[str, Any]:
-        model_kwargs = super()._get_model_kwargs(**kwargs)
-        if "max_tokens" in kwargs:
-            key = "max_completion_tokens" if "max_completion_tokens" in model_kwargs else "max_tokens"
-            model_kwargs[key] = kwargs["max_tokens"]
-        return model_kwargs
+        def __init__(self, *, http_max_retries: int = 2, **kwargs: Any) -> None:
+            super().__init__(max_retries=0, http_max_retries=http_max_retries, **kwargs)  # 0: wrapper loop off
 
-    def _unavailable(self, exc: openai.APIError) -> LLMUnavailableError:
-        return LLMUnavailableError(
-            f"OpenAI {self.model} failed after {self.http_max_retries + 1} HTTP attempts: {type(exc).__name__}: {exc}"
-        )
+        @classmethod
+        def class_name(cls) -> str:
+            return "BoundedRetryOpenAI"
 
-    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        try:
-            return super().chat(messages, **kwargs)
-        except openai.APIError as exc:
-            raise self._unavailable(exc) from exc
+        def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
+            return {**super()._get_credential_kwargs(is_async), "max_retries": self.http_max_retries}
 
-    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        try:
-            return await super().achat(messages, **kwargs)
-        except openai.APIError as exc:
-            raise self._unavailable(exc) from exc
+        def _get_model_kwargs(self, **kwargs: Any) -> dict[str, Any]:
+            model_kwargs = super()._get_model_kwargs(**kwargs)
+            if "max_tokens" in kwargs:
+                key = "max_completion_tokens" if "max_completion_tokens" in model_kwargs else "max_tokens"
+                model_kwargs[key] = kwargs["max_tokens"]
+            return model_kwargs
 
-    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        try:
-            return super().complete(prompt, formatted, **kwargs)
-        except openai.APIError as exc:
-            raise self._unavailable(exc) from exc
+        def _unavailable(self, exc: openai.APIError) -> LLMUnavailableError:
+            return LLMUnavailableError(
+                f"OpenAI {self.model} failed after {self.http_max_retries + 1} HTTP attempts: "
+                f"{type(exc).__name__}: {exc}"
+            )
 
-    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        try:
-            return await super().acomplete(prompt, formatted, **kwargs)
-        except openai.APIError as exc:
-            raise self._unavailable(exc) from exc
+        def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+            try:
+                return super().chat(messages, **kwargs)
+            except openai.APIError as exc:
+                raise self._unavailable(exc) from exc
+
+        async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+            try:
+                return await super().achat(messages, **kwargs)
+            except openai.APIError as exc:
+                raise self._unavailable(exc) from exc
+
+        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            try:
+                return super().complete(prompt, formatted, **kwargs)
+            except openai.APIError as exc:
+                raise self._unavailable(exc) from exc
+
+        async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            try:
+                return await super().acomplete(prompt, formatted, **kwargs)
+            except openai.APIError as exc:
+                raise self._unavailable(exc) from exc
+
+    return BoundedRetryOpenAI
+
+
+def __getattr__(name: str) -> Any:
+    """``BoundedRetryOpenAI`` as a module attribute, defined on first access."""
+    if name == "BoundedRetryOpenAI":
+        return bounded_retry_openai_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

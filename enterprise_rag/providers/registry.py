@@ -3,7 +3,9 @@
 Each kind (embedding, LLM, reranker, web search) has a dict from the
 configured ``provider`` name to a factory. Objects are built on first use and
 cached, so constructing :class:`Providers` is free and nothing loads a model or
-opens a client that a run does not need.
+opens a client that a run does not need. Provider modules are imported here
+at module level; each imports its optional extra (onnxruntime, xllamacpp,
+openai, cohere, tavily) only when it builds its object.
 """
 
 from __future__ import annotations
@@ -22,8 +24,13 @@ from enterprise_rag.errors import ConfigError
 from enterprise_rag.extras import require
 from enterprise_rag.providers.callbacks import scope_trace_map
 from enterprise_rag.providers.curated_search import CuratedWebSearch
+from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding
+from enterprise_rag.providers.local_llm import LocalLlamaLLM
 from enterprise_rag.providers.model_files import require_model
+from enterprise_rag.providers.openai_llm import bounded_retry_openai
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch, WebSearch
+from enterprise_rag.retrieval.cohere_rerank import timed_cohere_rerank
+from enterprise_rag.retrieval.llm_rerank import LLMPointwiseRerank
 
 
 def _secret(value: Any, env: str) -> str | None:
@@ -31,8 +38,6 @@ def _secret(value: Any, env: str) -> str | None:
 
 
 def _local_embedding(s: RagSettings, data_dir: Path) -> BaseEmbedding:
-    from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding
-
     return LocalMiniLMEmbedding(embed_batch_size=s.embedding.batch_size, threads=s.local_model.threads)
 
 
@@ -48,8 +53,6 @@ def _openai_embedding(s: RagSettings, data_dir: Path) -> BaseEmbedding:
 
 
 def _local_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
-    from enterprise_rag.providers.local_llm import LocalLlamaLLM
-
     path = s.local_model.path or require_model(data_dir)
     return LocalLlamaLLM(
         model_path=path,
@@ -63,10 +66,7 @@ def _local_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
 
 
 def _openai_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
-    require("llama_index.llms.openai", "openai")
-    from enterprise_rag.providers.openai_llm import BoundedRetryOpenAI
-
-    return BoundedRetryOpenAI(
+    return bounded_retry_openai(
         model=role.model,
         temperature=role.temperature,
         max_tokens=role.max_tokens,
@@ -78,20 +78,16 @@ def _openai_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
 
 
 def _cohere_reranker(s: RagSettings, data_dir: Path, grader: Callable[[], LLM]) -> Any:
-    require("llama_index.postprocessor.cohere_rerank", "cohere")
+    require("llama_index.postprocessor.cohere_rerank", "cohere")  # a missing extra is reported before a missing key
     key = _secret(s.reranker.api_key, "COHERE_API_KEY")
     if not key:
         raise ConfigError("reranker.api_key: Cohere rerank needs an API key (or COHERE_API_KEY)")
-    from enterprise_rag.retrieval.cohere_rerank import TimedCohereRerank
-
-    return TimedCohereRerank(
+    return timed_cohere_rerank(
         model=s.reranker.model, top_n=s.reranker.top_n, api_key=key, timeout_s=s.reranker.timeout_s
     )
 
 
 def _llm_reranker(s: RagSettings, data_dir: Path, grader: Callable[[], LLM]) -> Any:
-    from enterprise_rag.retrieval.llm_rerank import LLMPointwiseRerank
-
     r = s.reranker
     return LLMPointwiseRerank(
         llm=grader(), candidates=r.llm_candidates, batch_size=r.llm_batch_size,
