@@ -14,6 +14,7 @@ from llama_index.core.llms import LLM
 from enterprise_rag.answer.streaming import StreamEvent, iterate_sync
 from enterprise_rag.config import RagSettings, load_settings
 from enterprise_rag.errors import PermissionDeniedError
+from enterprise_rag.ingest.pipeline import Ingestor
 from enterprise_rag.principal import Principal, require_principal
 from enterprise_rag.providers import Providers
 from enterprise_rag.query_engine import PermissionScopedQueryEngine
@@ -25,6 +26,7 @@ from enterprise_rag.schema.sources import History, WebResult
 from enterprise_rag.store import Database
 from enterprise_rag.store.documents import document_ids_matching
 from enterprise_rag.store.status import store_status
+from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.store.writer import delete_documents
 
 if TYPE_CHECKING:
@@ -98,8 +100,6 @@ class EnterpriseRAG:
         '12 added, 0 updated, 0 unchanged, 0 failed; 230 nodes written in 9.8 s'
         >>> rag.ingest(["hr/salaries.md"])            # ACL from front-matter  # doctest: +SKIP
         """
-        from enterprise_rag.ingest.pipeline import Ingestor  # parsers load only when ingesting
-
         ingestor = Ingestor(self.db, self.providers.embed_model, self.settings.ingest)
         items = [paths] if isinstance(paths, (str, Path)) else list(paths)
         return ingestor.ingest(items, allowed_groups, allowed_users, metadata, progress)
@@ -270,8 +270,6 @@ class EnterpriseRAG:
         >>> trace = rag.trace(res.trace_id, user=dana)              # doctest: +SKIP
         >>> [(s["step"], round(s["ms"])) for s in trace["steps"]]   # doctest: +SKIP
         """
-        from enterprise_rag.store.traces import TraceStore
-
         trace = TraceStore(self.db).get(trace_id, require_principal(user))
         return None if trace is None else Trace(trace)
 

@@ -10,6 +10,7 @@ import typer
 import yaml
 from rich.table import Table
 
+from enterprise_rag import Principal
 from enterprise_rag.cli.common import (
     ConfigOpt,
     DataDirOpt,
@@ -65,8 +66,6 @@ def ask_command(
     is first rewritten into a standalone question. An empty line or Ctrl-D ends
     it. With --json each answer is one line of JSON (the query payload).
     """
-    from enterprise_rag import Principal
-
     principal = Principal(user, split_csv(groups))
     with open_rag(config, data_dir) as rag:
         if question is not None:
@@ -99,8 +98,6 @@ def trace_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Show a query's trace: steps, grades, decisions, LLM calls and timings (own traces only)."""
-    from enterprise_rag import Principal
-
     with open_rag(config, data_dir) as rag:
         trace = rag.trace(trace_id, Principal(user, split_csv(groups)))
     if trace is None:
@@ -131,8 +128,6 @@ def demo_command(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Ingest the bundled sample corpus with its ACLs and answer its sample questions as different users."""
-    from enterprise_rag import Principal
-
     manifest = yaml.safe_load((SAMPLE_CORPUS / "manifest.yaml").read_text(encoding="utf-8"))
     with open_rag(config, data_dir) as rag:
         out.print(f"[bold]store[/bold] {rag.db.location}")

