@@ -25,6 +25,7 @@ from enterprise_rag.config import load_settings
 from enterprise_rag.ingest.pipeline import Ingestor
 from enterprise_rag.schema.documents import text_document
 from enterprise_rag.store.embedded import start_embedded, stop_embedded
+from enterprise_rag.store.vector_store import PgRagVectorStore
 from enterprise_rag.store.writer import PreparedDocument, write_documents
 
 
@@ -120,8 +121,6 @@ def main() -> None:
 
 
 def _ours_write_seconds(server: str, server_dir, sample: list[tuple[str, str, list[float]]], bulk: bool) -> float:  # type: ignore[no-untyped-def]
-    from enterprise_rag.store.vector_store import PgRagVectorStore
-
     dsn = fresh_database(server, "bench_ours")
     rag = EnterpriseRAG(data_dir=server_dir / "data", settings=load_settings(None, database={"dsn": dsn}))
     prepared: PreparedDocument = PgRagVectorStore(rag.db)._prepare("bench", [_node(i, t, e) for i, t, e in sample])

@@ -11,7 +11,9 @@ import pytest
 
 from enterprise_rag import EnterpriseRAG
 from enterprise_rag.config import load_settings
-from enterprise_rag.store.embedded import start_embedded
+from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding
+from enterprise_rag.providers.model_files import install_model
+from enterprise_rag.store.embedded import start_embedded, stop_embedded
 from tests.databases import create_db, drop_db
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,8 +35,6 @@ def server_dir() -> Iterator[Path]:
 def server_dsn(server_dir: Path) -> Iterator[str]:
     dsn = start_embedded(server_dir)
     yield dsn
-    from enterprise_rag.store.embedded import stop_embedded
-
     stop_embedded(server_dir)
 
 
@@ -55,16 +55,12 @@ def os_pid() -> int:
 @pytest.fixture(scope="session")
 def embed_model():  # type: ignore[no-untyped-def]
     """The real local embedding model, loaded once per session."""
-    from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding
-
     return LocalMiniLMEmbedding()
 
 
 @pytest.fixture(scope="session")
 def model_data_dir(server_dir: Path) -> Path:
     """A data dir holding the assembled local GGUF model (assembled once per session, ~3 s)."""
-    from enterprise_rag.providers.model_files import install_model
-
     data_dir = server_dir / "models-data"
     install_model(data_dir)
     return data_dir

@@ -15,13 +15,16 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from llama_index.core.schema import TextNode
 from pgvector.psycopg import register_vector
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.retrieval.retriever import RetrievalOptions
+from enterprise_rag.store.migrate import SQL_DIR, apply_migrations
 from enterprise_rag.store.search import SearchParams, search
-from enterprise_rag.store.writer import rebuild_bm25_statistics
+from enterprise_rag.store.vector_store import PgRagVectorStore
+from enterprise_rag.store.writer import rebuild_bm25_statistics, write_documents
 
 _LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
 
@@ -176,8 +179,6 @@ def test_statistics_equal_a_fresh_recount_after_every_kind_of_write(
 
 def test_migration_backfills_an_existing_store(fresh_dsn: str, tmp_path: Path, embed_model) -> None:  # type: ignore[no-untyped-def]
     """A store built before 0003_bm25.sql gets exact statistics when the migration applies."""
-    from enterprise_rag.store.migrate import SQL_DIR, apply_migrations
-
     old = tmp_path / "sql_before_bm25"
     old.mkdir()
     for path in sorted(SQL_DIR.glob("*.sql")):
@@ -345,11 +346,6 @@ def _user_triggers(conn: psycopg.Connection) -> dict[str, str]:
 
 def test_bulk_write_rebuilds_indexes_and_statistics_once(rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path) -> None:
     """A batch at least as large as the store is written with index upkeep off, then rebuilt; a smaller one is not."""
-    from llama_index.core.schema import TextNode
-
-    from enterprise_rag.store.vector_store import PgRagVectorStore
-    from enterprise_rag.store.writer import write_documents
-
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "alpha.md").write_text(_md("Alpha policy", "Refunds of annual plans take thirty days."), "utf-8")
@@ -398,8 +394,6 @@ def test_rebuild_equals_the_trigger_maintained_statistics_and_the_first_recount(
     rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path
 ) -> None:
     """rag_bm25_rebuild() (single pass, 0005) gives exactly what the triggers maintain and what 0003's gave."""
-    from enterprise_rag.store.migrate import SQL_DIR
-
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "alpha.md").write_text(

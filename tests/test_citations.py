@@ -14,6 +14,7 @@ from enterprise_rag.answer.checks import (
     split_sentences,
     strip_citations,
 )
+from enterprise_rag.answer.checks.attribution import attribute_citations
 
 SOURCES = {
     "S1": "Wire transfers carry a fee of 2.5%. The fee is waived for premium members.",
@@ -252,8 +253,6 @@ def test_source_keys_are_canonicalised() -> None:
 
 
 def test_attribution_adds_the_label_of_the_source_a_sentence_was_copied_from() -> None:
-    from enterprise_rag.answer.checks.attribution import attribute_citations
-
     sources = {"S1": "Refunds are available within 30 days of the renewal date.", "S2": "VPN needs a hardware key."}
     answer, added = attribute_citations("Refunds are available within 30 days of the renewal date. Ask us.", sources)
     assert added == 1 and answer.startswith("Refunds are available within 30 days of the renewal date. [S1]")
@@ -264,8 +263,6 @@ def test_attribution_adds_the_label_of_the_source_a_sentence_was_copied_from() -
 
 
 def test_attribution_looks_past_a_reporting_frame() -> None:
-    from enterprise_rag.answer.checks.attribution import attribute_citations
-
     sources = {"S1": "There is **no shared VPN password**. Every connection is tied to one person's account."}
     for framed in ["The sources state that there is no shared VPN password.",
                    "According to the documents, there is no shared VPN password."]:  # fmt: skip

@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from typer.testing import CliRunner
 
 from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.cli import app
+from enterprise_rag.cli import ask as cli_ask
 from enterprise_rag.cli.ask import SAMPLE_CORPUS, _demo_questions, show_result
 from enterprise_rag.cli.common import out
 from enterprise_rag.config import load_settings
@@ -80,11 +83,6 @@ def test_chat_mode_follow_ups_use_the_history(
     fresh_dsn: str, tmp_path: Path, embed_model: Any, monkeypatch: Any
 ) -> None:
     """``ask`` without a question: each answer joins the history the next question is rewritten with."""
-    from typer.testing import CliRunner
-
-    from enterprise_rag.cli import app
-    from enterprise_rag.cli import ask as cli_ask
-
     (tmp_path / "leave.md").write_text(DOC)
     seen: list[str] = []
 

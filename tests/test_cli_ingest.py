@@ -12,6 +12,11 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from enterprise_rag.cli import app
+from enterprise_rag.cli.common import EXIT_CODES
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / ".venv" / "bin" / "enterprise-rag"
@@ -236,12 +241,6 @@ def test_delete_json_lists_deleted_and_missing(cli: Run, fresh_dsn: str, tmp_pat
 
 
 def test_every_command_documents_exit_codes_and_has_json_where_output_matters() -> None:
-    from typer.main import get_command
-    from typer.testing import CliRunner
-
-    from enterprise_rag.cli import app
-    from enterprise_rag.cli.common import EXIT_CODES
-
     root = get_command(app)
     commands = root.commands  # type: ignore[attr-defined]
     for name in ("status", "ingest", "delete", "search", "eval", "ask", "trace"):

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import enterprise_rag.evaluation as evaluation_package
 from enterprise_rag import MissingExtraError, Principal
 from enterprise_rag.evaluation import (
     EvalDataError,
@@ -41,9 +42,7 @@ L3 = math.log2(3)  # discount of rank 2
 
 
 def test_docstring_examples() -> None:
-    import enterprise_rag.evaluation as package
-
-    for module in (metrics_module, package):
+    for module in (metrics_module, evaluation_package):
         assert doctest.testmod(module).failed == 0
 
 

@@ -37,6 +37,7 @@ from enterprise_rag.errors import LLMError, LLMUnavailableError, StoreError
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.providers import Providers
 from enterprise_rag.store.embedded import start_embedded, stop_embedded
+from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.testing import ScriptedLLM
 from tests.conftest import REPO
 from tests.test_ingest import _assert_consistent
@@ -515,8 +516,6 @@ def test_sigkill_mid_ingest_leaves_no_half_document_and_a_rerun_completes(
 def test_sigkill_mid_query_resumes_from_the_trace_without_repeating_llm_calls(
     fresh_dsn: str, tmp_path: Path, embed_model: Any
 ) -> None:
-    from enterprise_rag.store.traces import TraceStore
-
     settings = load_settings(None, database={"dsn": fresh_dsn}, workflow={"llm_backoff_s": 0.01})
     with EnterpriseRAG(data_dir=tmp_path / "data", settings=settings, embed_model=embed_model) as rag:
         assert not rag.ingest(write_docs(tmp_path / "docs", DOCS), allowed_groups=["all-staff"]).failed

@@ -21,6 +21,8 @@ from typer.testing import CliRunner
 import enterprise_rag
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.cli import app
+from enterprise_rag.cli import ask as cli_ask
+from enterprise_rag.cli import commands as cli
 from enterprise_rag.cli.common import EXIT_CODES
 from enterprise_rag.config import load_settings
 from enterprise_rag.schema.result import QueryResult
@@ -133,9 +135,6 @@ def test_the_python_example_runs_as_written(
 def test_the_cli_quick_start_runs(
     workdir: Path, injected: Callable[..., EnterpriseRAG], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from enterprise_rag.cli import ask as cli_ask
-    from enterprise_rag.cli import commands as cli
-
     monkeypatch.setattr(cli, "open_rag", lambda config, data_dir: injected(data_dir))
     monkeypatch.setattr(cli_ask, "open_rag", lambda config, data_dir: injected(data_dir))
     commands = cli_lines(section("Quick start with your own documents"))

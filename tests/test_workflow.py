@@ -26,6 +26,7 @@ from enterprise_rag.errors import LLMError, PermissionDeniedError
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch
+from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.testing import ScriptedLLM
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
@@ -780,8 +781,6 @@ def test_generator_timeout_raises_a_clear_error_and_marks_the_trace_failed(make_
 
 
 def _recent(rag: EnterpriseRAG) -> list[dict[str, Any]]:
-    from enterprise_rag.store.traces import TraceStore
-
     return TraceStore(rag.db).recent(ALICE)
 
 
