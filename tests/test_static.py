@@ -1,9 +1,10 @@
-"""The code stays lint-clean and type-checks (ruff and mypy from the dev extra)."""
+"""The code stays lint-clean, type-checks and keeps its layers (ruff, mypy and import-linter from the dev extra)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import REPO
 
@@ -19,4 +20,13 @@ def test_ruff_is_clean() -> None:
 
 def test_mypy_is_clean() -> None:
     result = _run("mypy", "enterprise_rag")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_import_contracts_hold() -> None:
+    """The layer contracts in pyproject.toml: imports go cli -> rag -> answer -> retrieval -> llm -> store -> schema."""
+    lint_imports = Path(sys.executable).parent / "lint-imports"
+    result = subprocess.run(
+        [str(lint_imports), "--no-logo", "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stdout + result.stderr
