@@ -22,6 +22,7 @@ from enterprise_rag.ingest.pipeline import Ingestor
 from enterprise_rag.principal import Principal
 from enterprise_rag.retrieval.retriever import RetrievalOptions
 from enterprise_rag.schema.documents import text_document
+from enterprise_rag.store.documents import unmatched_labels
 
 if TYPE_CHECKING:
     from enterprise_rag.rag import EnterpriseRAG
@@ -102,8 +103,6 @@ def missing_labels(rag: EnterpriseRAG, labels: Sequence[str], *, by_path: bool =
     """
     if not labels:
         return []
-    from enterprise_rag.store.documents import unmatched_labels
-
     normalised = {_normalise(label) or label: label for label in labels}
     with rag.db.connection() as conn:
         missing = unmatched_labels(conn, list(normalised), by_path=by_path)
