@@ -97,6 +97,7 @@ def bounded_retry_openai_class() -> type[LLM]:
             except openai.APIError as exc:
                 raise self._unavailable(exc) from exc
 
+    BoundedRetryOpenAI.__qualname__ = "BoundedRetryOpenAI"  # pickled by reference: the module attribute below
     return BoundedRetryOpenAI
 
 

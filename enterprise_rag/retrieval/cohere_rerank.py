@@ -49,6 +49,7 @@ def timed_cohere_rerank_class() -> type[BaseNodePostprocessor]:
         def class_name(cls) -> str:
             return "TimedCohereRerank"
 
+    TimedCohereRerank.__qualname__ = "TimedCohereRerank"  # pickled by reference: the module attribute below
     return TimedCohereRerank
 
 
