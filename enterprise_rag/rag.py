@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 
+from enterprise_rag.answer.checks.grading import Grader
+from enterprise_rag.answer.runner import AnswerRunner, run_sync
 from enterprise_rag.answer.streaming import StreamEvent, iterate_sync
+from enterprise_rag.answer.workflow import AnswerWorkflow
 from enterprise_rag.config import RagSettings, load_settings
 from enterprise_rag.errors import PermissionDeniedError
 from enterprise_rag.ingest.pipeline import Ingestor
@@ -30,8 +33,6 @@ from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.store.writer import delete_documents
 
 if TYPE_CHECKING:
-    from enterprise_rag.answer.checks.grading import Grader
-    from enterprise_rag.answer.runner import AnswerRunner
     from enterprise_rag.llm.caller import LLMCaller
 
 logger = logging.getLogger(__name__)
@@ -194,8 +195,6 @@ class EnterpriseRAG:
         >>> res.answer, res.citations[0].source, res.evaluation["confidence"], res.trace_id  # doctest: +SKIP
         >>> res.to_dict()                     # the JSON payload                            # doctest: +SKIP
         """
-        from enterprise_rag.answer.runner import run_sync
-
         return run_sync(self.aquery(question, user, history, trace_id))
 
     def stream_query(self, question: str, user: Principal, history: History | None = None) -> Iterator[StreamEvent]:
@@ -219,11 +218,6 @@ class EnterpriseRAG:
             return self._answers
 
     def _build_answer_runner(self) -> AnswerRunner:
-        from enterprise_rag.answer.checks.grading import Grader
-        from enterprise_rag.answer.runner import AnswerRunner
-        from enterprise_rag.answer.workflow import AnswerWorkflow
-        from enterprise_rag.store.traces import TraceStore
-
         cfg = self.settings.workflow
         providers = self.providers
         embed_model = providers.embed_model
