@@ -33,7 +33,7 @@ from enterprise_rag.store.embedded import start_embedded, stop_embedded
 
 SCENARIOS = SHARED / "scenarios"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for the suite's matching rules
-from tests.scenario_matching import answer_failures  # noqa: E402
+from tests.support.scenario_matching import answer_failures  # noqa: E402
 
 
 def path_of(pipeline: dict[str, Any]) -> str:

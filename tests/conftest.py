@@ -14,7 +14,7 @@ from enterprise_rag.config import load_settings
 from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding
 from enterprise_rag.providers.model_files import install_model
 from enterprise_rag.store.embedded import start_embedded, stop_embedded
-from tests.databases import create_db, drop_db
+from tests.support.databases import create_db, drop_db
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"

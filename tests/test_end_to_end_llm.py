@@ -15,8 +15,8 @@ import pytest
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from tests.conftest import SCENARIOS
-from tests.databases import create_db
-from tests.scenario_matching import contains, is_not_found
+from tests.support.databases import create_db
+from tests.support.scenario_matching import contains, is_not_found
 
 pytestmark = pytest.mark.slow
 DANA = Principal("dana", ["all-staff"])

@@ -40,9 +40,9 @@ from enterprise_rag.store.embedded import start_embedded, stop_embedded
 from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.testing import ScriptedLLM
 from tests.conftest import REPO
-from tests.test_ingest import _assert_consistent
-from tests.test_providers_http import _clean_env, _completion, _no_network  # noqa: F401  (autouse guards)
-from tests.test_workflow import ALICE, CHECK_OK, DOCS, FACT, QUESTION, llms, must_not_run, write_docs
+from tests.support.http import clean_env, completion, no_network  # noqa: F401  (autouse guards)
+from tests.support.ingest import assert_consistent
+from tests.support.workflow import ALICE, CHECK_OK, DOCS, FACT, QUESTION, llms, must_not_run, write_docs
 
 OPENAI = "https://api.openai.com/v1"
 COHERE_RERANK = "https://api.cohere.com/v2/rerank"
@@ -110,7 +110,7 @@ def test_openai_completion_and_async_paths_have_the_same_bound(tmp_path: Path) -
 @pytest.mark.timeout(60)
 def test_openai_transient_failures_within_the_bound_succeed(tmp_path: Path) -> None:
     llm = _openai(tmp_path, 2).generator
-    replies = [_error(429), httpx.ReadTimeout("slow"), httpx.Response(200, json=_completion("fine"))]
+    replies = [_error(429), httpx.ReadTimeout("slow"), httpx.Response(200, json=completion("fine"))]
     with respx.mock(assert_all_mocked=True) as router:
         route = router.post(f"{OPENAI}/chat/completions").mock(side_effect=replies)
         assert llm.chat([ChatMessage(role="user", content="hi")]).message.content == "fine"
@@ -147,7 +147,7 @@ class _SlowServer(http.server.ThreadingHTTPServer):
                 server.requests += 1
                 self.rfile.read(int(self.headers.get("content-length", 0)))
                 time.sleep(server.delay)
-                body = json.dumps(_completion("too late")).encode()
+                body = json.dumps(completion("too late")).encode()
                 try:
                     self.send_response(200)
                     self.send_header("content-type", "application/json")
@@ -198,9 +198,9 @@ def test_workflow_caller_does_not_multiply_the_sdk_retries(tmp_path: Path) -> No
 def test_malformed_json_from_openai_is_retried_by_the_workflow_then_fails(tmp_path: Path) -> None:
     llm = _openai(tmp_path, 2).generator
     caller = LLMCaller({"generator": llm}, None, timeout_s=10, max_retries=2, backoff_s=0.01)
-    bad = [httpx.Response(200, json=_completion('{"answers": "yes"')),  # truncated
-           httpx.Response(200, json=_completion('{"answers": "maybe"}')),  # outside the enum
-           httpx.Response(200, json=_completion("Sure! Here is the JSON you asked for."))]  # fmt: skip
+    bad = [httpx.Response(200, json=completion('{"answers": "yes"')),  # truncated
+           httpx.Response(200, json=completion('{"answers": "maybe"}')),  # outside the enum
+           httpx.Response(200, json=completion("Sure! Here is the JSON you asked for."))]  # fmt: skip
     with respx.mock(assert_all_mocked=True) as router:
         route = router.post(f"{OPENAI}/chat/completions").mock(side_effect=bad)
         with pytest.raises(LLMError, match="failed after 3 attempts: malformed JSON"):
@@ -215,8 +215,8 @@ def test_malformed_json_then_valid_is_accepted(tmp_path: Path) -> None:
     llm = _openai(tmp_path, 0).generator
     caller = LLMCaller({"generator": llm}, None, timeout_s=10, max_retries=2, backoff_s=0.01)
     replies = [
-        httpx.Response(200, json=_completion("not json")),
-        httpx.Response(200, json=_completion('{"answers": "no"}')),
+        httpx.Response(200, json=completion("not json")),
+        httpx.Response(200, json=completion('{"answers": "no"}')),
     ]
     with respx.mock(assert_all_mocked=True) as router:
         router.post(f"{OPENAI}/chat/completions").mock(side_effect=replies)
@@ -230,9 +230,9 @@ def test_a_truncated_reply_is_retried_with_a_doubled_token_budget(tmp_path: Path
     llm = _openai(tmp_path, 0).generator
     caller = LLMCaller({"generator": llm}, None, timeout_s=10, max_retries=2, backoff_s=0.01)
     replies = [
-        httpx.Response(200, json=_completion('{"answers": "y')),  # cut off
-        httpx.Response(200, json=_completion('{"answers": "maybe"}')),  # parses, but off the schema
-        httpx.Response(200, json=_completion('{"answers": "yes"}')),
+        httpx.Response(200, json=completion('{"answers": "y')),  # cut off
+        httpx.Response(200, json=completion('{"answers": "maybe"}')),  # parses, but off the schema
+        httpx.Response(200, json=completion('{"answers": "yes"}')),
     ]
     with respx.mock(assert_all_mocked=True) as router:
         route = router.post(f"{OPENAI}/chat/completions").mock(side_effect=replies)
@@ -370,7 +370,7 @@ def test_restart_mid_query_the_query_still_completes_and_later_ones_work(
         if not restarts:  # the server goes away while the query is between its database steps
             _restart(own_server)
             restarts.append(1)
-        from tests.test_workflow import grade_yes_if
+        from tests.support.workflow import grade_yes_if
 
         return grade_yes_if(FACT)(messages, kwargs)
 
@@ -457,18 +457,18 @@ def test_restart_mid_ingest_leaves_whole_documents_and_a_rerun_completes(
         versions = _store_versions(dsn)  # every document whole: old or new, never half
         assert sorted(versions) == [f"doc{i}.md" for i in range(DOC_COUNT)]
         assert list(versions.values()).count("v2") == 1  # exactly the batch that committed
-        _assert_consistent(dsn)
+        assert_consistent(dsn)
 
         report = rag.ingest(folder)  # the rerun finishes the job
         assert len(report.unchanged) == 1 and len(report.updated) == DOC_COUNT - 1 and not report.failed
         assert set(_store_versions(dsn).values()) == {"v2"}
-        _assert_consistent(dsn)
+        assert_consistent(dsn)
 
 
 # --- the process killed mid-ingest and mid-query (SIGKILL of a child process) ---------------------
 def _child(*args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "tests.fault_scripts", *args], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "tests.support.fault_scripts", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
 
 
@@ -501,12 +501,12 @@ def test_sigkill_mid_ingest_leaves_no_half_document_and_a_rerun_completes(
 
     versions = _store_versions(fresh_dsn)
     assert sorted(versions.items()) == [("doc0.md", "v2"), ("doc1.md", "v1"), ("doc2.md", "v1")]
-    _assert_consistent(fresh_dsn)
+    assert_consistent(fresh_dsn)
 
     report = rag.ingest(folder)
     assert (len(report.unchanged), len(report.updated), len(report.added)) == (1, 2, 3) and not report.failed
     assert _store_versions(fresh_dsn) == {f"doc{i}.md": "v2" for i in range(DOC_COUNT)}
-    _assert_consistent(fresh_dsn)
+    assert_consistent(fresh_dsn)
     with psycopg.connect(fresh_dsn) as conn:
         count = conn.execute("SELECT count(*), count(DISTINCT source) FROM rag_documents").fetchone()
     assert count == (DOC_COUNT, DOC_COUNT)

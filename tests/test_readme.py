@@ -27,7 +27,7 @@ from enterprise_rag.cli.common import EXIT_CODES
 from enterprise_rag.config import load_settings
 from enterprise_rag.schema.result import QueryResult
 from enterprise_rag.testing import ScriptedLLM
-from tests.test_workflow import CHECK_OK, answer_with, grade_yes_if
+from tests.support.workflow import CHECK_OK, answer_with, grade_yes_if
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")

@@ -137,7 +137,7 @@ def demo_command(
                 "failed" if report.failed else "added" if report.added else "updated" if report.updated else "unchanged"
             )
             out.print(f"  {outcome:9} {doc['path']}  groups={','.join(doc['allowed_groups'])}")
-        picked = _demo_questions(manifest["questions"], questions)
+        picked = demo_questions(manifest["questions"], questions)
         for q in picked:
             who = q["asked_by"]
             out.rule(f"{who['user_id']} ({', '.join(who['groups'])}) asks")
@@ -145,7 +145,7 @@ def demo_command(
             show_result(rag.query(q["question"], user=Principal(who["user_id"], who["groups"])))
 
 
-def _demo_questions(questions: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+def demo_questions(questions: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     """Answerable ones first, always including the out-of-corpus question and one permission contrast."""
     contrast = [
         {"question": q["question"], "asked_by": q["not_visible_to"]} for q in questions if q.get("not_visible_to")

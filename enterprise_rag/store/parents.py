@@ -40,7 +40,7 @@ class SectionLeaf(NamedTuple):
 
 
 # Up the hierarchy in one recursive query, the ACL checked at every level.
-_ANCESTORS_SQL = f"""
+ANCESTORS_SQL = f"""
 WITH RECURSIVE chain AS (
     SELECT n.node_id, n.parent_id FROM rag_nodes n
     WHERE n.node_id = ANY(%(ids)s) AND {ACL}
@@ -55,7 +55,7 @@ WHERE {ACL}
 """
 
 # The leaves sharing each hit's parent and breadcrumb, in document order.
-_SIBLINGS_SQL = f"""
+SIBLINGS_SQL = f"""
 SELECT h.node_id, n.node_id, n.position, n.text, n.metadata->'pages'
 FROM rag_nodes h
 JOIN rag_nodes n ON n.parent_id = h.parent_id AND n.breadcrumb = h.breadcrumb AND n.is_leaf
@@ -69,7 +69,7 @@ def fetch_ancestors(conn: psycopg.Connection, principal: Principal, parent_ids: 
     if not parent_ids:
         return {}
     with read_as(conn, principal):
-        rows = conn.execute(_ANCESTORS_SQL, {"ids": parent_ids, **acl_values(principal)}).fetchall()
+        rows = conn.execute(ANCESTORS_SQL, {"ids": parent_ids, **acl_values(principal)}).fetchall()
     return {r[0]: ParentRow(r[0], r[1], r[2], r[3], r[4], int(r[5])) for r in rows}
 
 
@@ -78,7 +78,7 @@ def fetch_section_leaves(
 ) -> dict[str, list[SectionLeaf]]:
     """For each of these leaves the principal may read, the leaves of its section in order (itself included)."""
     with read_as(conn, principal):
-        rows = conn.execute(_SIBLINGS_SQL, {"ids": list(leaf_ids), **acl_values(principal)}).fetchall()
+        rows = conn.execute(SIBLINGS_SQL, {"ids": list(leaf_ids), **acl_values(principal)}).fetchall()
     sections: dict[str, list[SectionLeaf]] = {}
     for hit_id, node_id, position, text, pages in rows:
         sections.setdefault(hit_id, []).append(SectionLeaf(node_id, position, text, pages))

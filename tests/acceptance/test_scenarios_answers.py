@@ -12,8 +12,8 @@ import yaml
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from tests.conftest import SCENARIOS
-from tests.databases import create_db
-from tests.scenario_matching import answer_failures
+from tests.support.databases import create_db
+from tests.support.scenario_matching import answer_failures
 
 if not (SCENARIOS / "scenarios.yaml").is_file():
     pytest.skip("scenarios not available", allow_module_level=True)

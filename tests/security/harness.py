@@ -42,8 +42,8 @@ from enterprise_rag.store.parents import fetch_ancestors
 from enterprise_rag.store.search import Hit, SearchParams, search
 from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.testing import ScriptedLLM
-from tests.acl_helpers import CachedQueryEmbedding, RecordingReranker, document_text
-from tests.test_workflow import passages_in, sources_in
+from tests.support.acl import CachedQueryEmbedding, RecordingReranker, document_text
+from tests.support.workflow import passages_in, sources_in
 
 # --- hostile alphabets --------------------------------------------------------------------------------
 

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.store.traces import TraceStore
-from tests.databases import create_db, drop_db
 from tests.security import harness
 from tests.security.harness import LeakCorpus
+from tests.support.databases import create_db, drop_db
 
 
 def probes(n: int) -> settings:

@@ -24,7 +24,7 @@ from enterprise_rag.config import load_settings
 from enterprise_rag.errors import StoreError
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
 from enterprise_rag.store.migrate import apply_migrations
-from enterprise_rag.store.parents import _ANCESTORS_SQL, _SIBLINGS_SQL
+from enterprise_rag.store.parents import ANCESTORS_SQL, SIBLINGS_SQL
 from enterprise_rag.store.scoping import READER_ROLE, read_as
 from enterprise_rag.store.search import ACL, SearchParams, build_search_sql
 from enterprise_rag.store.traces import TraceStore
@@ -77,7 +77,7 @@ class Store:
 
 @pytest.fixture(scope="module")
 def store(server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    from tests.databases import create_db, drop_db
+    from tests.support.databases import create_db, drop_db
 
     name = "rls_store"
     dsn = create_db(server_dsn, name)
@@ -181,7 +181,7 @@ def test_the_search_statement_with_its_acl_predicates_removed_is_still_scoped(st
                 assert owner - allowed, "the control did not leak: the test would prove nothing"
         every = sorted(set().union(*store.nodes_of.values()))
         with store.rag.db.connection() as conn:
-            for sql in (_ANCESTORS_SQL, _SIBLINGS_SQL):
+            for sql in (ANCESTORS_SQL, SIBLINGS_SQL):
                 with read_as(conn, p):
                     rows = conn.execute(sql.replace(ACL, "TRUE"), {"ids": every, "groups": [], "users": []})
                     docs = {str(r[0]).split(":")[0] for r in rows}

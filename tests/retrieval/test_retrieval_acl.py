@@ -40,8 +40,8 @@ from enterprise_rag.store.parents import fetch_ancestors
 from enterprise_rag.store.search import Hit, SearchParams, build_search_sql, search
 from enterprise_rag.store.vector_store import PgRagVectorStore
 from enterprise_rag.store.writer import PreparedDocument, write_documents
-from tests.acl_helpers import CachedQueryEmbedding, RecordingReranker, document_text
-from tests.databases import create_db, drop_db
+from tests.support.acl import CachedQueryEmbedding, RecordingReranker, document_text
+from tests.support.databases import create_db, drop_db
 
 MODES = ("dense", "text", "hybrid")
 DEPTHS = (1, 5, 50)

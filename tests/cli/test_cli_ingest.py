@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from enterprise_rag.cli import app
 from enterprise_rag.cli.common import EXIT_CODES
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / ".venv" / "bin" / "enterprise-rag"
 
 Run = Callable[..., subprocess.CompletedProcess[str]]

@@ -32,7 +32,7 @@ from enterprise_rag.store.parents import ParentRow
 from enterprise_rag.store.search import Hit, SearchParams, search
 from enterprise_rag.store.vector_store import PgRagVectorStore
 from enterprise_rag.text import query_words
-from tests.databases import create_db, drop_db
+from tests.support.databases import create_db, drop_db
 
 MODES = ("dense", "text", "hybrid")
 

@@ -1,10 +1,10 @@
 """Child processes that the fault tests SIGKILL at a chosen point (not a test module).
 
-``python -m tests.fault_scripts ingest DSN FOLDER``: ingests FOLDER one document per write
+``python -m tests.support.fault_scripts ingest DSN FOLDER``: ingests FOLDER one document per write
 batch; after the first batch commits it locks ``rag_documents`` from a second connection, so
 the next batch blocks inside its write transaction, where the test kills the process.
 
-``python -m tests.fault_scripts query DSN MARKER``: answers the workflow test question with
+``python -m tests.support.fault_scripts query DSN MARKER``: answers the workflow test question with
 scripted LLMs whose support check writes MARKER and then blocks forever.
 """
 
@@ -44,7 +44,7 @@ def ingest(dsn: str, folder: str) -> None:
 
 
 def query(dsn: str, marker: str) -> None:
-    from tests.test_workflow import ALICE, QUESTION, llms
+    from tests.support.workflow import ALICE, QUESTION, llms
 
     def block_in_check(messages: list[Any], kwargs: dict[str, Any]) -> Any:
         Path(marker).write_text("in check")

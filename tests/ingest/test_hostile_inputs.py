@@ -17,7 +17,7 @@ from enterprise_rag import EnterpriseRAG
 from enterprise_rag.errors import IngestError
 from enterprise_rag.ingest.discovery import discover
 from enterprise_rag.ingest.readers import read_document
-from tests.test_ingest import _assert_consistent, _md
+from tests.support.ingest import assert_consistent, markdown_doc
 
 MB = 1024 * 1024
 
@@ -29,7 +29,7 @@ def _sources(dsn: str) -> list[str]:
 
 def _doc(path: Path, title: str, body: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_md(title, f"## Section\n\n{body}", allowed_groups=["staff"]))
+    path.write_text(markdown_doc(title, f"## Section\n\n{body}", allowed_groups=["staff"]))
     return path
 
 
@@ -130,7 +130,7 @@ def test_symlinks_out_of_the_root_are_not_followed(rag: EnterpriseRAG, fresh_dsn
     assert "outside" in failed["zero.md"]
     assert report.added == [str(inside)]
     assert _sources(fresh_dsn) == [str(inside)]
-    _assert_consistent(fresh_dsn)
+    assert_consistent(fresh_dsn)
 
 
 def test_a_symlinked_file_given_explicitly_is_the_callers_choice(rag: EnterpriseRAG, tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_a_fifo_named_md_fails_without_blocking(rag: EnterpriseRAG, fresh_dsn: s
     report = rag.ingest(folder)
     assert [(Path(f.path).name, f.reason) for f in report.failed] == [("pipe.md", "not a regular file")]
     assert report.added == [str(good.resolve())]
-    _assert_consistent(fresh_dsn)
+    assert_consistent(fresh_dsn)
 
 
 def test_overlapping_roots_yield_each_file_once(tmp_path: Path) -> None:
@@ -174,4 +174,4 @@ def test_odd_file_names_are_stored_exactly(rag: EnterpriseRAG, fresh_dsn: str, t
     report = rag.ingest(folder)
     assert report.failed == []
     assert _sources(fresh_dsn) == sorted(str((folder / n).resolve()) for n in names)
-    _assert_consistent(fresh_dsn)
+    assert_consistent(fresh_dsn)

@@ -28,101 +28,38 @@ from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch
 from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.testing import ScriptedLLM
+from tests.support.workflow import (
+    ALICE,
+    CHECK_OK,
+    DOCS,
+    FACT,
+    GRADE_NO,
+    QUESTION,
+    Handler,
+    answer_with,
+    check_reply,
+    grade_all,
+    grade_yes_if,
+    llms,
+    must_not_run,
+    sentence_with,
+    sources_in,
+    write_docs,
+)
 
-ALICE = Principal(user_id="alice", groups=["all-staff"])
-QUESTION = "How many days of paid vacation does an employee get per year?"
-FACT = "27 days"
-
-DOCS = {
-    "vacation.md": "# Vacation policy\n\nEvery employee receives 27 days of paid vacation per calendar year.\n\n"
-    "Unused vacation days carry over until March 31 of the following year.\n",
-    "expenses.md": "# Travel expenses\n\nMeals during business travel are reimbursed up to 60 euros per day.\n\n"
-    "Receipts must be uploaded to the expense portal within 30 days of the trip.\n",
-    "passwords.md": "# Password rules\n\nPasswords must be at least 14 characters long.\n\n"
-    "Passwords are rotated every 180 days and are never reused.\n",
-}
 CURATED = {
     "nitrogen.md": "---\nurl: https://intranet.example/lab/nitrogen\ntitle: Cryogenics handbook\n---\n"
     "# Liquid nitrogen\n\nLiquid nitrogen boils at minus 196 degrees Celsius at normal pressure.\n",
 }
 NITROGEN_QUESTION = "At what temperature does liquid nitrogen boil?"
 
-Handler = Callable[[list[Any], dict[str, Any]], Any]
-
 
 class Crash(BaseException):
     """Stands for a process dying mid-run: LLMCaller retries Exceptions, not this."""
 
 
-# ---- reading the prompts ----------------------------------------------------------------------------------
-def passages_in(messages: list[Any]) -> dict[str, str]:
-    """The graded passages of a 'grade' prompt, by id (P1..Pn)."""
-    body = messages[-1].content
-    block = body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]
-    parts = re.split(r"(?m)^\[(P\d+)\]\n", block)
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
-
-
-def sources_in(messages: list[Any]) -> dict[str, str]:
-    """The numbered sources of a generate / revise / check prompt, by label (S1..Sn)."""
-    system = messages[0].content
-    block = system.split("<sources>\n", 1)[1].rsplit("\n</sources>", 1)[0]
-    parts = re.split(r"(?m)^\[(S\d+)\] \([^\n]*\n", block)
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
-
-
-def sentence_with(text: str, keyword: str) -> str:
-    for sentence in re.split(r"(?<=[.!?])\s+", text):
-        if keyword.lower() in sentence.lower():
-            return sentence.strip().rstrip(".")
-    raise AssertionError(f"{keyword!r} not in {text!r}")
-
-
-# ---- scripted handlers ------------------------------------------------------------------------------------
-def grade_yes_if(keyword: str) -> Handler:
-    """'yes' with evidence copied from the passage when it contains ``keyword``, else 'no'."""
-
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        out = {}
-        for pid, text in passages_in(messages).items():
-            if keyword.lower() in text.lower():
-                out[pid] = {"evidence": sentence_with(text, keyword)[:80], "answers": "yes"}
-            else:
-                out[pid] = {"evidence": "none", "answers": "no"}
-        return out
-
-    return handler
-
-
-def grade_all(answers: str, evidence: str) -> Handler:
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {pid: {"evidence": evidence, "answers": answers} for pid in passages_in(messages)}
-
-    return handler
-
-
-GRADE_NO = grade_all("no", "none")
 # A claimed answer whose evidence is not in the passage counts as partial (small models invent evidence).
 GRADE_PARTIAL = grade_all("yes", "purple elephants dance on the moon at midnight")
-
-
-def answer_with(keyword: str) -> Handler:
-    """Answer with the sentence of the first source holding ``keyword``, cited; else the not-found reply."""
-
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> str:
-        for label, text in sources_in(messages).items():
-            if keyword.lower() in text.lower():
-                return f"{sentence_with(text, keyword)} [{label}]."
-        return NOT_FOUND_ANSWER
-
-    return handler
-
-
-def check_reply(supported: bool = True, answers: bool = True) -> dict[str, Any]:
-    return {"claims": [{"claim": "the stated number of days", "supported": supported}], "answers_question": answers}
-
-
-CHECK_OK = check_reply()
 
 
 def failing(exc: BaseException) -> Handler:
@@ -150,21 +87,6 @@ def sleeping(seconds: float, then: Any) -> Handler:
         return then(messages, kwargs) if callable(then) else then
 
     return handler
-
-
-def must_not_run(name: str) -> Handler:
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> Any:
-        raise AssertionError(f"{name} must have been replayed from the trace, not called")
-
-    return handler
-
-
-# ---- fixtures ---------------------------------------------------------------------------------------------
-def write_docs(folder: Path, docs: dict[str, str]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in docs.items():
-        (folder / name).write_text(text, encoding="utf-8")
-    return folder
 
 
 MakeRag = Callable[..., EnterpriseRAG]
@@ -205,19 +127,6 @@ def make_rag(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> Iterator[MakeR
     yield build
     for rag in made:
         rag.close()
-
-
-def llms(
-    grade: Any = None, generate: Any = None, check: Any = CHECK_OK, **more: Any
-) -> tuple[ScriptedLLM, ScriptedLLM]:
-    """(generator, grader) with the usual handlers; ``more`` adds grader tasks (rewrite, standalone), revise and
-    reconsider (the second opinion; by default the generate handler)."""
-    generate = generate or answer_with(FACT)
-    gen_handlers = {"generate": generate, "revise": more.pop("revise", answer_with(FACT)),
-                    "reconsider": more.pop("reconsider", generate)}  # fmt: skip
-    grader_handlers = {"grade": grade or grade_yes_if(FACT), "check": check,
-                       "rewrite": "paid vacation days per calendar year", **more}  # fmt: skip
-    return ScriptedLLM(gen_handlers), ScriptedLLM(grader_handlers)
 
 
 def step_data(trace: dict[str, Any], name: str) -> list[dict[str, Any]]:

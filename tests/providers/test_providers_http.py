@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
-import ipaddress
 import json
-import os
 import socket
 import struct
 import time
@@ -37,71 +35,15 @@ from enterprise_rag.providers import Providers
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch, WebSearch, host_allowed
 from enterprise_rag.schema.sources import WebResult
+from tests.support.http import clean_env, completion, no_network  # noqa: F401  (autouse guards)
 
 OPENAI = "https://api.openai.com/v1"
 COHERE_RERANK = "https://api.cohere.com/v2/rerank"
 TAVILY_SEARCH = "https://api.tavily.com/search"
 TAVILY_KEY = "tvly-test-K3Y-0123456789"
 
-_ENV = (
-    "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID",
-    "COHERE_API_KEY", "CO_API_KEY", "CO_API_URL",
-    "TAVILY_API_KEY", "TAVILY_HTTP_PROXY", "TAVILY_HTTPS_PROXY", "TAVILY_PROJECT", "TAVILY_ORG_ID",
-    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
-)  # fmt: skip
-
 
 # --- no network, clean environment ------------------------------------------------------------------
-
-
-def _is_local(address: Any) -> bool:
-    host = address[0] if isinstance(address, tuple) else address
-    if not isinstance(host, str):
-        return False
-    if host in ("localhost", ""):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
-@pytest.fixture(autouse=True)
-def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Refuse every socket connection and DNS lookup except unix sockets and loopback."""
-    real_connect, real_connect_ex, real_getaddrinfo = (
-        socket.socket.connect,
-        socket.socket.connect_ex,
-        socket.getaddrinfo,
-    )
-
-    def _check(sock: socket.socket, address: Any) -> None:
-        if sock.family != getattr(socket, "AF_UNIX", object()) and not _is_local(address):
-            raise OSError(f"network access is blocked in tests (tried {address!r})")
-
-    def connect(sock: socket.socket, address: Any) -> None:
-        _check(sock, address)
-        real_connect(sock, address)
-
-    def connect_ex(sock: socket.socket, address: Any) -> int:
-        _check(sock, address)
-        return real_connect_ex(sock, address)
-
-    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
-        if host is not None and not _is_local(host.decode() if isinstance(host, bytes) else host):
-            raise socket.gaierror(f"DNS lookups are blocked in tests (tried {host!r})")
-        return real_getaddrinfo(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.upper().startswith("ENTERPRISE_RAG_") or name in _ENV:
-            monkeypatch.delenv(name)
 
 
 def test_the_network_guard_refuses_remote_hosts() -> None:
@@ -247,29 +189,6 @@ GRADE_SCHEMA = {
 }
 
 
-def _completion(content: str, prompt_tokens: int = 21, completion_tokens: int = 5) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-test1",
-        "object": "chat.completion",
-        "created": 1767225600,
-        "model": "gpt-4o-mini-2024-07-18",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": None},
-                "logprobs": None,
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-        "system_fingerprint": "fp_test",
-    }
-
-
 def _chat_providers(tmp_path: Path, max_retries: int = 1) -> Providers:
     return _providers(
         tmp_path,
@@ -294,7 +213,7 @@ def test_openai_chat_sends_the_json_schema_and_returns_usage(tmp_path: Path) -> 
     ]
     with respx.mock(assert_all_called=True, assert_all_mocked=True) as router:
         route = router.post(f"{OPENAI}/chat/completions").mock(
-            return_value=httpx.Response(200, json=_completion('{"label": "yes"}'))
+            return_value=httpx.Response(200, json=completion('{"label": "yes"}'))
         )
         response = providers.generator.chat(messages, response_format=GRADE_SCHEMA)
 
@@ -327,7 +246,7 @@ def test_openai_chat_retries_a_429_then_succeeds(tmp_path: Path) -> None:
     )
     with respx.mock(assert_all_called=True, assert_all_mocked=True) as router:
         route = router.post(f"{OPENAI}/chat/completions").mock(
-            side_effect=[rate_limited, httpx.Response(200, json=_completion("fine"))]
+            side_effect=[rate_limited, httpx.Response(200, json=completion("fine"))]
         )
         started = time.monotonic()
         response = providers.generator.chat([ChatMessage(role="user", content="hi")])

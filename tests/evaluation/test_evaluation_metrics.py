@@ -33,8 +33,8 @@ from enterprise_rag.evaluation import (
 )
 from enterprise_rag.evaluation import metrics as metrics_module
 from enterprise_rag.evaluation import runner as runner_module
+from tests.conftest import SCIFACT
 
-SCIFACT = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "scifact"
 L3 = math.log2(3)  # discount of rank 2
 
 

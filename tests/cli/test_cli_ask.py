@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.cli import app
 from enterprise_rag.cli import ask as cli_ask
-from enterprise_rag.cli.ask import SAMPLE_CORPUS, _demo_questions, show_result
+from enterprise_rag.cli.ask import SAMPLE_CORPUS, demo_questions, show_result
 from enterprise_rag.cli.common import out
 from enterprise_rag.config import load_settings
 from enterprise_rag.testing import ScriptedLLM
-from tests.test_workflow import CHECK_OK, answer_with, grade_yes_if
+from tests.support.workflow import CHECK_OK, answer_with, grade_yes_if
 
 DOC = "---\ntitle: Leave\nallowed_groups: [staff]\n---\n# Leave\n\nStaff get 27 days of annual leave.\n"
 
@@ -71,7 +71,7 @@ def test_show_result_prints_answer_citations_and_decision(
 
 def test_demo_questions_include_out_of_corpus_and_permission_contrast() -> None:
     manifest = yaml.safe_load((SAMPLE_CORPUS / "manifest.yaml").read_text())
-    picked = _demo_questions(manifest["questions"], 4)
+    picked = demo_questions(manifest["questions"], 4)
     assert len(picked) == 4
     assert any(not q.get("expected_sources") and "not_visible_to" not in q and q in manifest["questions"]
                for q in picked)  # fmt: skip

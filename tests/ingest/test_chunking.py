@@ -12,8 +12,8 @@ import pytest
 from enterprise_rag.ingest.chunking import build_chunks
 from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
 from enterprise_rag.schema.documents import Block, Chunk, LoadedDocument
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO.parent / "shared" / "scenarios" / "docs"
 SAMPLE = REPO / "enterprise_rag" / "sample_corpus"
 ALL_DOCS = sorted(p for p in DOCS.rglob("*") if p.is_file()) + sorted(

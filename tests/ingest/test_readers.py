@@ -13,8 +13,8 @@ from pypdf import PdfWriter
 from enterprise_rag.errors import IngestError
 from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
 from enterprise_rag.schema.documents import Block, LoadedDocument
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO.parent / "shared" / "scenarios" / "docs"
 SAMPLE = REPO / "enterprise_rag" / "sample_corpus"
 PDF = DOCS / "guides" / "reflection-guide.pdf"

@@ -25,8 +25,7 @@ from enterprise_rag.store.embedded import stop_embedded
 from enterprise_rag.store.migrate import SQL_DIR, migration_files
 from enterprise_rag.store.scoping import read_as
 from enterprise_rag.store.writer import PreparedDocument, existing_embeddings, write_documents
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
 
 
 @pytest.fixture(autouse=True)

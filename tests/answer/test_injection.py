@@ -21,8 +21,8 @@ from enterprise_rag.llm import prompts
 from enterprise_rag.llm.untrusted import WITHHELD, fence, withhold_instructions
 from enterprise_rag.testing import ScriptedLLM
 from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, CONFIDENTIAL_MARKER, InjectionCase
-from tests.databases import create_db, drop_db
-from tests.test_workflow import CHECK_OK, GRADE_NO, answer_with, grade_yes_if, sentence_with, sources_in
+from tests.support.databases import create_db, drop_db
+from tests.support.workflow import CHECK_OK, GRADE_NO, answer_with, grade_yes_if, sentence_with, sources_in
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
 IDS = [c.name for c in CASES]

@@ -26,7 +26,8 @@ from enterprise_rag import EnterpriseRAG
 from enterprise_rag.config import load_settings
 from enterprise_rag.schema.documents import document_id_for
 from tests.conftest import SCENARIOS
-from tests.databases import create_db, drop_db
+from tests.support.databases import create_db, drop_db
+from tests.support.ingest import assert_consistent, markdown_doc, query_rows
 
 if not (SCENARIOS / "scenarios.yaml").is_file():
     pytest.skip("scenarios not available", allow_module_level=True)
@@ -45,50 +46,20 @@ def _source(path: Path) -> str:
     return str(path.resolve())
 
 
-def _query(dsn: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(sql, params).fetchall()
-
-
 def _node_versions(dsn: str) -> dict[str, tuple[str, str]]:
     """node_id -> (document_id, xmin): any rewrite of a row changes its xmin."""
-    return {r[0]: (r[1], r[2]) for r in _query(dsn, "SELECT node_id, document_id, xmin::text FROM rag_nodes")}
-
-
-def _assert_consistent(dsn: str) -> None:
-    """No document without nodes, no node without a document, no dangling parent, counts agree."""
-    assert _query(
-        dsn, "SELECT d.source FROM rag_documents d WHERE NOT EXISTS"
-        " (SELECT 1 FROM rag_nodes n WHERE n.document_id = d.document_id)"
-    ) == []  # fmt: skip
-    assert _query(
-        dsn, "SELECT n.node_id FROM rag_nodes n WHERE NOT EXISTS"
-        " (SELECT 1 FROM rag_documents d WHERE d.document_id = n.document_id)"
-    ) == []  # fmt: skip
-    assert _query(
-        dsn, "SELECT n.node_id FROM rag_nodes n WHERE n.parent_id IS NOT NULL AND NOT EXISTS"
-        " (SELECT 1 FROM rag_nodes p WHERE p.node_id = n.parent_id)"
-    ) == []  # fmt: skip
-    assert _query(
-        dsn, "SELECT d.source FROM rag_documents d WHERE d.node_count <>"
-        " (SELECT count(*) FROM rag_nodes n WHERE n.document_id = d.document_id)"
-    ) == []  # fmt: skip
+    return {r[0]: (r[1], r[2]) for r in query_rows(dsn, "SELECT node_id, document_id, xmin::text FROM rag_nodes")}
 
 
 def _acl(dsn: str, source: str) -> tuple[list[str], list[str], set[tuple[tuple[str, ...], tuple[str, ...]]]]:
     """(document groups, document users, distinct (groups, users) over its nodes)."""
-    rows = _query(dsn, "SELECT document_id, allowed_groups, allowed_users FROM rag_documents WHERE source = %s",
+    rows = query_rows(dsn, "SELECT document_id, allowed_groups, allowed_users FROM rag_documents WHERE source = %s",
                   (source,))  # fmt: skip
     assert len(rows) == 1, f"{source} not stored exactly once: {rows}"
     doc_id, groups, users = rows[0]
-    nodes = _query(dsn, "SELECT allowed_groups, allowed_users FROM rag_nodes WHERE document_id = %s", (doc_id,))
+    nodes = query_rows(dsn, "SELECT allowed_groups, allowed_users FROM rag_nodes WHERE document_id = %s", (doc_id,))
     assert nodes, f"{source} has no nodes"
     return groups, users, {(tuple(g), tuple(u)) for g, u in nodes}
-
-
-def _md(title: str, body: str, **front: Any) -> str:
-    fm = yaml.safe_dump({"title": title, **front}, sort_keys=False).strip()
-    return f"---\n{fm}\n---\n\n{body.strip()}\n"
 
 
 def _copy_markdown(dest: Path, count: int | None = None) -> list[Path]:
@@ -127,25 +98,25 @@ def corpus(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_mode
 
 
 def test_every_scenario_document_carries_its_acl(corpus: Corpus) -> None:
-    stored = {r[0] for r in _query(corpus.dsn, "SELECT source FROM rag_documents")}
+    stored = {r[0] for r in query_rows(corpus.dsn, "SELECT source FROM rag_documents")}
     assert stored == {_source(SCENARIOS / d["path"]) for d in DOCS}
     for doc in DOCS:
         groups, users, node_acls = _acl(corpus.dsn, _source(SCENARIOS / doc["path"]))
         assert groups == sorted(doc["allowed_groups"]), doc["path"]
         assert users == []
         assert node_acls == {(tuple(sorted(doc["allowed_groups"])), ())}, doc["path"]
-    _assert_consistent(corpus.dsn)
+    assert_consistent(corpus.dsn)
 
 
 def test_node_metadata_has_the_contract_fields(corpus: Corpus) -> None:
     for doc in DOCS:
         path = SCENARIOS / doc["path"]
-        (doc_id, title, status, effective), = _query(
+        (doc_id, title, status, effective), = query_rows(
             corpus.dsn, "SELECT document_id, title, status, effective_date FROM rag_documents WHERE source = %s",
             (_source(path),),
         )  # fmt: skip
         assert doc_id == document_id_for(_source(path))
-        rows = _query(corpus.dsn, "SELECT metadata, status FROM rag_nodes WHERE document_id = %s", (doc_id,))
+        rows = query_rows(corpus.dsn, "SELECT metadata, status FROM rag_nodes WHERE document_id = %s", (doc_id,))
         for meta, node_status in rows:
             assert meta.keys() >= META_KEYS, (doc["path"], sorted(meta))
             assert meta["source"] == _source(path)
@@ -161,7 +132,7 @@ def test_node_metadata_has_the_contract_fields(corpus: Corpus) -> None:
             assert status == front["status"]
             assert effective == front["effective_date"]
     # the superseded policy keeps its status on every node (retrieval demotes it)
-    superseded = _query(
+    superseded = query_rows(
         corpus.dsn, "SELECT DISTINCT n.status FROM rag_nodes n JOIN rag_documents d USING (document_id)"
         " WHERE d.source LIKE %s", ("%refund-policy-2023.md",),
     )  # fmt: skip
@@ -170,7 +141,7 @@ def test_node_metadata_has_the_contract_fields(corpus: Corpus) -> None:
 
 def test_pdf_nodes_carry_their_page(corpus: Corpus) -> None:
     doc_id = document_id_for(_source(PDF))
-    pages = _query(corpus.dsn, "SELECT metadata->'page', metadata->'pages' FROM rag_nodes WHERE document_id = %s",
+    pages = query_rows(corpus.dsn, "SELECT metadata->'page', metadata->'pages' FROM rag_nodes WHERE document_id = %s",
                    (doc_id,))  # fmt: skip
     assert pages
     for page, spanned in pages:
@@ -178,7 +149,7 @@ def test_pdf_nodes_carry_their_page(corpus: Corpus) -> None:
         assert spanned and spanned[0] == page and all(1 <= p <= 7 for p in spanned)
 
     def leaf_pages(needle: str) -> set[int]:
-        rows = _query(
+        rows = query_rows(
             corpus.dsn, "SELECT (metadata->'page')::int FROM rag_nodes"
             " WHERE document_id = %s AND is_leaf AND text LIKE %s", (doc_id, f"%{needle}%"),
         )  # fmt: skip
@@ -194,7 +165,7 @@ def test_pdf_nodes_carry_their_page(corpus: Corpus) -> None:
 
 def test_leaves_carry_heading_breadcrumbs(corpus: Corpus) -> None:
     source = _source(SCENARIOS / "docs" / "billing" / "refund-policy-2025.md")
-    leaves = _query(
+    leaves = query_rows(
         corpus.dsn, "SELECT n.breadcrumb, n.metadata->>'breadcrumb', n.text FROM rag_nodes n"
         " JOIN rag_documents d USING (document_id) WHERE d.source = %s AND n.is_leaf", (source,),
     )  # fmt: skip
@@ -208,7 +179,7 @@ def test_leaves_carry_heading_breadcrumbs(corpus: Corpus) -> None:
     # the sub-section's own text never says "refund policy": the breadcrumb is what carries it
     assert any("refund policy" not in text.lower() for _, text in annual)
     # every leaf of every document has a breadcrumb starting at its document title
-    missing = _query(
+    missing = query_rows(
         corpus.dsn, "SELECT n.node_id FROM rag_nodes n JOIN rag_documents d USING (document_id)"
         " WHERE n.is_leaf AND (n.breadcrumb = '' OR NOT starts_with(n.breadcrumb, d.title))",
     )  # fmt: skip
@@ -217,14 +188,14 @@ def test_leaves_carry_heading_breadcrumbs(corpus: Corpus) -> None:
 
 def test_reingesting_the_unchanged_corpus_writes_nothing(corpus: Corpus) -> None:
     before = _node_versions(corpus.dsn)
-    docs_before = _query(corpus.dsn, "SELECT document_id, xmin::text FROM rag_documents ORDER BY 1")
+    docs_before = query_rows(corpus.dsn, "SELECT document_id, xmin::text FROM rag_documents ORDER BY 1")
     for doc in DOCS:
         report = corpus.rag.ingest([SCENARIOS / doc["path"]], allowed_groups=doc["allowed_groups"])
         assert report.unchanged == [_source(SCENARIOS / doc["path"])]
         assert (report.added, report.updated, report.failed) == ([], [], [])
         assert report.nodes_written == 0 and report.leaves_embedded == 0
     assert _node_versions(corpus.dsn) == before
-    assert _query(corpus.dsn, "SELECT document_id, xmin::text FROM rag_documents ORDER BY 1") == docs_before
+    assert query_rows(corpus.dsn, "SELECT document_id, xmin::text FROM rag_documents ORDER BY 1") == docs_before
 
 
 # --- lifecycle on copies in tmp_path ----------------------------------------------------------------
@@ -261,7 +232,7 @@ def test_changing_one_file_replaces_only_its_nodes(rag: EnterpriseRAG, fresh_dsn
     changed_id = document_id_for(_source(changed))
 
     def stored_texts() -> list[str]:
-        rows = _query(fresh_dsn, "SELECT text FROM rag_nodes WHERE document_id = %s", (changed_id,))
+        rows = query_rows(fresh_dsn, "SELECT text FROM rag_nodes WHERE document_id = %s", (changed_id,))
         return [" ".join(r[0].split()) for r in rows]
 
     assert any(old_words in t for t in stored_texts())
@@ -286,10 +257,10 @@ def test_changing_one_file_replaces_only_its_nodes(rag: EnterpriseRAG, fresh_dsn
     texts = stored_texts()
     assert not any(old_words in t for t in texts), "old text still stored"
     assert any(new_sentence in t for t in texts)
-    (content_hash,) = _query(fresh_dsn, "SELECT content_hash FROM rag_documents WHERE document_id = %s",
+    (content_hash,) = query_rows(fresh_dsn, "SELECT content_hash FROM rag_documents WHERE document_id = %s",
                              (changed_id,))[0]  # fmt: skip
     assert content_hash == hashlib.sha256(changed.read_bytes()).hexdigest()
-    _assert_consistent(fresh_dsn)
+    assert_consistent(fresh_dsn)
 
 
 def test_changing_only_the_acl_updates_document_and_all_nodes(
@@ -307,7 +278,7 @@ def test_changing_only_the_acl_updates_document_and_all_nodes(
 
     report = rag.ingest(path, allowed_groups=["gamma", "beta"], allowed_users=["erin"])
     assert report.unchanged == [source]
-    _assert_consistent(fresh_dsn)
+    assert_consistent(fresh_dsn)
 
 
 def test_delete_by_path_and_by_id_leaves_no_orphans(
@@ -322,11 +293,11 @@ def test_delete_by_path_and_by_id_leaves_no_orphans(
     assert rag.delete(second_id) is True  # by document id
     for gone in (first, second):
         doc_id = document_id_for(_source(gone))
-        assert _query(fresh_dsn, "SELECT 1 FROM rag_documents WHERE document_id = %s", (doc_id,)) == []
-        assert _query(fresh_dsn, "SELECT 1 FROM rag_nodes WHERE document_id = %s", (doc_id,)) == []
-    assert _query(fresh_dsn, "SELECT source FROM rag_documents") == [(_source(third),)]
+        assert query_rows(fresh_dsn, "SELECT 1 FROM rag_documents WHERE document_id = %s", (doc_id,)) == []
+        assert query_rows(fresh_dsn, "SELECT 1 FROM rag_nodes WHERE document_id = %s", (doc_id,)) == []
+    assert query_rows(fresh_dsn, "SELECT source FROM rag_documents") == [(_source(third),)]
     assert _node_versions(fresh_dsn) == kept_nodes
-    _assert_consistent(fresh_dsn)
+    assert_consistent(fresh_dsn)
 
     assert rag.delete(str(first)) is False  # already gone
     assert rag.delete(second_id) is False
@@ -336,7 +307,7 @@ def test_delete_by_path_and_by_id_leaves_no_orphans(
     # a relative path resolves against the working directory, like at ingest time
     monkeypatch.chdir(third.parent)
     assert rag.delete(third.name) is True
-    assert _query(fresh_dsn, "SELECT count(*) FROM rag_nodes") == [(0,)]
+    assert query_rows(fresh_dsn, "SELECT count(*) FROM rag_nodes") == [(0,)]
 
 
 # --- atomic replace ----------------------------------------------------------------------------------
@@ -348,7 +319,7 @@ def _versioned(version: int, sections: int) -> str:
         f"and must be signed off before the window closes."
         for i in range(sections)
     )
-    return _md("Rollout Checklist", body, allowed_groups=["ops"])
+    return markdown_doc("Rollout Checklist", body, allowed_groups=["ops"])
 
 
 @pytest.mark.timeout(120)
@@ -360,7 +331,7 @@ def test_concurrent_readers_see_exactly_one_version(rag: EnterpriseRAG, fresh_ds
     for v, text in versions.items():
         path.write_text(text)
         rag.ingest(path)
-        leaf_counts[v] = _query(fresh_dsn, "SELECT count(*) FROM rag_nodes WHERE document_id = %s AND is_leaf",
+        leaf_counts[v] = query_rows(fresh_dsn, "SELECT count(*) FROM rag_nodes WHERE document_id = %s AND is_leaf",
                                 (doc_id,))[0][0]  # fmt: skip
     assert leaf_counts[1] != leaf_counts[2]
 
@@ -398,15 +369,17 @@ def test_concurrent_readers_see_exactly_one_version(rag: EnterpriseRAG, fresh_ds
         assert len(seen) == 1, f"snapshot saw versions {seen} ({leaves} leaves)"
         assert leaves == leaf_counts[int(seen[0])], (seen, leaves)
     assert {s[0][0] for s in snapshots} == {"1", "2"}, "the reader never observed a replacement"
-    _assert_consistent(fresh_dsn)
+    assert_consistent(fresh_dsn)
 
 
 # --- fail closed on ACL ------------------------------------------------------------------------------
 
 
 def test_document_without_acl_is_refused_while_others_land(rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path) -> None:
-    (tmp_path / "ok.md").write_text(_md("Okay", "## Part\n\nThe cafeteria opens at eight.", allowed_groups=["staff"]))
-    (tmp_path / "no-acl.md").write_text(_md("Secret", "## Part\n\nThe vault code rotates weekly."))
+    (tmp_path / "ok.md").write_text(
+        markdown_doc("Okay", "## Part\n\nThe cafeteria opens at eight.", allowed_groups=["staff"])
+    )
+    (tmp_path / "no-acl.md").write_text(markdown_doc("Secret", "## Part\n\nThe vault code rotates weekly."))
     (tmp_path / "plain.txt").write_text("Plain notes\n\nThe parking garage closes at ten.\n")
     report = rag.ingest(tmp_path)
     assert report.added == [_source(tmp_path / "ok.md")]
@@ -414,14 +387,14 @@ def test_document_without_acl_is_refused_while_others_land(rag: EnterpriseRAG, f
     assert set(failed) == {_source(tmp_path / "no-acl.md"), _source(tmp_path / "plain.txt")}
     for reason in failed.values():
         assert "ACL" in reason
-    assert [r[0] for r in _query(fresh_dsn, "SELECT source FROM rag_documents")] == [_source(tmp_path / "ok.md")]
-    assert _query(fresh_dsn, "SELECT count(*) FROM rag_nodes WHERE text LIKE '%vault%'") == [(0,)]
-    _assert_consistent(fresh_dsn)
+    assert [r[0] for r in query_rows(fresh_dsn, "SELECT source FROM rag_documents")] == [_source(tmp_path / "ok.md")]
+    assert query_rows(fresh_dsn, "SELECT count(*) FROM rag_nodes WHERE text LIKE '%vault%'") == [(0,)]
+    assert_consistent(fresh_dsn)
 
 
 def test_acl_arguments_override_front_matter(rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path) -> None:
     path = tmp_path / "bands.md"
-    path.write_text(_md("Bands", "## Bands\n\nBand 3 pays between 50 and 60.", allowed_groups=["hr"]))
+    path.write_text(markdown_doc("Bands", "## Bands\n\nBand 3 pays between 50 and 60.", allowed_groups=["hr"]))
     rag.ingest(path, allowed_groups=["finance"])
     assert _acl(fresh_dsn, _source(path)) == (["finance"], [], {(("finance",), ())})
     # users given alone replace the front-matter groups too: nothing of "hr" is left
@@ -433,7 +406,7 @@ def test_allowed_users_alone_is_an_acl(rag: EnterpriseRAG, fresh_dsn: str, tmp_p
     by_arg = tmp_path / "by-arg.txt"
     by_arg.write_text("Personal note\n\nThe review is on Thursday.\n")
     by_front = tmp_path / "by-front.md"
-    by_front.write_text(_md("Review", "## When\n\nThe review is on Friday.", allowed_users=["erin", "dana"]))
+    by_front.write_text(markdown_doc("Review", "## When\n\nThe review is on Friday.", allowed_users=["erin", "dana"]))
     report = rag.ingest(by_arg, allowed_users=["dana"])
     assert report.added == [_source(by_arg)] and not report.failed
     report = rag.ingest(by_front)
@@ -458,9 +431,11 @@ def test_bad_inputs_fail_alone_with_their_reason(rag: EnterpriseRAG, fresh_dsn: 
     folder = (tmp_path / "batch").resolve()
     (folder / "sub").mkdir(parents=True)
     good = {
-        "good.md": _md("Good", "## Hours\n\nThe help desk answers from 8 to 18.", allowed_groups=["staff"]),
-        "sub/also-good.md": _md("Also Good", "## Lunch\n\nLunch is served at noon.", allowed_groups=["staff"]),
-        "sub/third.md": _md("Third", "## Laptops\n\nThe library lends laptops for a week.", allowed_groups=["staff"]),
+        "good.md": markdown_doc("Good", "## Hours\n\nThe help desk answers from 8 to 18.", allowed_groups=["staff"]),
+        "sub/also-good.md": markdown_doc("Also Good", "## Lunch\n\nLunch is served at noon.", allowed_groups=["staff"]),
+        "sub/third.md": markdown_doc(
+            "Third", "## Laptops\n\nThe library lends laptops for a week.", allowed_groups=["staff"]
+        ),
     }
     for name, text in good.items():
         (folder / name).write_text(text)
@@ -471,9 +446,11 @@ def test_bad_inputs_fail_alone_with_their_reason(rag: EnterpriseRAG, fresh_dsn: 
         "latin1.txt": "Caf\u00e9 opening hours\n\nWe open at nine.\n".encode("latin-1"),
         "binary.md": b"# Title\n\n\x00\x01\x02\x03 binary junk \x00\xff",
         "report.docx": b"PK\x03\x04 not really a word file",
-        "bad-groups.md": _md("G", "## A\n\nText.", allowed_groups=5).encode(),
-        "bad-date.md": _md("D", "## A\n\nText.", allowed_groups=["staff"], effective_date="not a date").encode(),
-        "bad-status.md": _md("S", "## A\n\nText.", allowed_groups=["staff"], status="bogus").encode(),
+        "bad-groups.md": markdown_doc("G", "## A\n\nText.", allowed_groups=5).encode(),
+        "bad-date.md": markdown_doc(
+            "D", "## A\n\nText.", allowed_groups=["staff"], effective_date="not a date"
+        ).encode(),
+        "bad-status.md": markdown_doc("S", "## A\n\nText.", allowed_groups=["staff"], status="bogus").encode(),
     }
     for name, data in bad_bytes.items():
         (folder / name).write_bytes(data)
@@ -506,23 +483,25 @@ def test_bad_inputs_fail_alone_with_their_reason(rag: EnterpriseRAG, fresh_dsn: 
             assert word.lower() in reason.lower(), (name, reason)
     assert sorted(report.added) == sorted(str(folder / name) for name in good), report.added  # each exactly once
     assert report.updated == [] and report.unchanged == []
-    stored = sorted(r[0] for r in _query(fresh_dsn, "SELECT source FROM rag_documents"))
+    stored = sorted(r[0] for r in query_rows(fresh_dsn, "SELECT source FROM rag_documents"))
     assert stored == sorted(str(folder / name) for name in good)
-    _assert_consistent(fresh_dsn)
+    assert_consistent(fresh_dsn)
 
 
 def test_configured_file_size_limit_is_enforced(fresh_dsn: str, tmp_path: Path, embed_model) -> None:  # type: ignore[no-untyped-def]
     settings = load_settings(None, database={"dsn": fresh_dsn}, ingest={"max_file_mb": 0.01})
     with EnterpriseRAG(data_dir=tmp_path / "data", settings=settings, embed_model=embed_model) as rag:
         small = tmp_path / "small.md"
-        small.write_text(_md("Small", "## A\n\nShort enough.", allowed_groups=["staff"]))
+        small.write_text(markdown_doc("Small", "## A\n\nShort enough.", allowed_groups=["staff"]))
         big = tmp_path / "big.md"
-        big.write_text(_md("Big", "## A\n\n" + "Far too long a line of text. " * 500, allowed_groups=["staff"]))
+        big.write_text(
+            markdown_doc("Big", "## A\n\n" + "Far too long a line of text. " * 500, allowed_groups=["staff"])
+        )
         report = rag.ingest([small, big])
     assert report.added == [_source(small)]
     assert [(f.path, "limit" in f.reason) for f in report.failed] == [(_source(big), True)]
     assert "10.2 KB" in report.failed[0].reason
-    _assert_consistent(fresh_dsn)
+    assert_consistent(fresh_dsn)
 
 
 # --- embedding dedup ---------------------------------------------------------------------------------
@@ -531,11 +510,11 @@ def test_configured_file_size_limit_is_enforced(fresh_dsn: str, tmp_path: Path, 
 def _dedup_doc(unique: str) -> str:
     shared = "## Common rules\n\nBadges must be worn visibly at all times inside the north building."
     own = f"## Only here\n\n{unique}"
-    return _md("Site Handbook", f"{shared}\n\n{own}", allowed_groups=["staff"])
+    return markdown_doc("Site Handbook", f"{shared}\n\n{own}", allowed_groups=["staff"])
 
 
 def _leaf_hashes(dsn: str, path: Path) -> list[str]:
-    rows = _query(dsn, "SELECT content_hash FROM rag_nodes WHERE document_id = %s AND is_leaf",
+    rows = query_rows(dsn, "SELECT content_hash FROM rag_nodes WHERE document_id = %s AND is_leaf",
                   (document_id_for(_source(path)),))  # fmt: skip
     return [r[0] for r in rows]
 
@@ -556,7 +535,7 @@ def test_identical_sections_are_embedded_once(rag: EnterpriseRAG, fresh_dsn: str
     assert second.embeddings_reused == sum(1 for h in b_hashes if h in shared) > 0
     assert second.leaves_embedded == len(set(b_hashes) - set(a_hashes))
     # the shared leaf carries the very same vector in both documents
-    vectors = _query(fresh_dsn, "SELECT DISTINCT embedding::text FROM rag_nodes WHERE content_hash = ANY(%s)",
+    vectors = query_rows(fresh_dsn, "SELECT DISTINCT embedding::text FROM rag_nodes WHERE content_hash = ANY(%s)",
                      (list(shared),))  # fmt: skip
     assert len(vectors) == len(shared)
 
@@ -577,11 +556,11 @@ def test_metadata_argument_lands_on_document_and_nodes(rag: EnterpriseRAG, fresh
     report = rag.ingest(path, allowed_groups=["staff"],
                         metadata={"department": "ops", "effective_date": "2025-01-31", "status": "draft"})  # fmt: skip
     assert report.added == [_source(path)]
-    ((meta, status, effective),) = _query(
+    ((meta, status, effective),) = query_rows(
         fresh_dsn, "SELECT metadata, status, effective_date FROM rag_documents WHERE source = %s", (_source(path),)
     )
     assert meta == {"department": "ops"} and status == "draft" and effective == dt.date(2025, 1, 31)
-    for (node_meta,) in _query(fresh_dsn, "SELECT metadata FROM rag_nodes"):
+    for (node_meta,) in query_rows(fresh_dsn, "SELECT metadata FROM rag_nodes"):
         assert node_meta["department"] == "ops"
         assert node_meta["effective_date"] == "2025-01-31" and node_meta["status"] == "draft"
         assert node_meta["page"] is None and node_meta["title"] == "Memo"

@@ -1,0 +1,1 @@
+"""Helpers shared by tests: databases, scripted LLM replies, HTTP guards, scenario matching."""

@@ -1,0 +1,130 @@
+"""Scripted LLM replies and a small corpus for workflow tests: what the fake grader and generator answer."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from enterprise_rag import Principal
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
+from enterprise_rag.testing import ScriptedLLM
+
+ALICE = Principal(user_id="alice", groups=["all-staff"])
+
+
+QUESTION = "How many days of paid vacation does an employee get per year?"
+
+
+FACT = "27 days"
+
+
+DOCS = {
+    "vacation.md": "# Vacation policy\n\nEvery employee receives 27 days of paid vacation per calendar year.\n\n"
+    "Unused vacation days carry over until March 31 of the following year.\n",
+    "expenses.md": "# Travel expenses\n\nMeals during business travel are reimbursed up to 60 euros per day.\n\n"
+    "Receipts must be uploaded to the expense portal within 30 days of the trip.\n",
+    "passwords.md": "# Password rules\n\nPasswords must be at least 14 characters long.\n\n"
+    "Passwords are rotated every 180 days and are never reused.\n",
+}
+
+
+Handler = Callable[[list[Any], dict[str, Any]], Any]
+
+
+# ---- reading the prompts ----------------------------------------------------------------------------------
+def passages_in(messages: list[Any]) -> dict[str, str]:
+    """The graded passages of a 'grade' prompt, by id (P1..Pn)."""
+    body = messages[-1].content
+    block = body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]
+    parts = re.split(r"(?m)^\[(P\d+)\]\n", block)
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
+def sources_in(messages: list[Any]) -> dict[str, str]:
+    """The numbered sources of a generate / revise / check prompt, by label (S1..Sn)."""
+    system = messages[0].content
+    block = system.split("<sources>\n", 1)[1].rsplit("\n</sources>", 1)[0]
+    parts = re.split(r"(?m)^\[(S\d+)\] \([^\n]*\n", block)
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
+def sentence_with(text: str, keyword: str) -> str:
+    for sentence in re.split(r"(?<=[.!?])\s+", text):
+        if keyword.lower() in sentence.lower():
+            return sentence.strip().rstrip(".")
+    raise AssertionError(f"{keyword!r} not in {text!r}")
+
+
+# ---- scripted handlers ------------------------------------------------------------------------------------
+def grade_yes_if(keyword: str) -> Handler:
+    """'yes' with evidence copied from the passage when it contains ``keyword``, else 'no'."""
+
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for pid, text in passages_in(messages).items():
+            if keyword.lower() in text.lower():
+                out[pid] = {"evidence": sentence_with(text, keyword)[:80], "answers": "yes"}
+            else:
+                out[pid] = {"evidence": "none", "answers": "no"}
+        return out
+
+    return handler
+
+
+def grade_all(answers: str, evidence: str) -> Handler:
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {pid: {"evidence": evidence, "answers": answers} for pid in passages_in(messages)}
+
+    return handler
+
+
+GRADE_NO = grade_all("no", "none")
+
+
+def answer_with(keyword: str) -> Handler:
+    """Answer with the sentence of the first source holding ``keyword``, cited; else the not-found reply."""
+
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> str:
+        for label, text in sources_in(messages).items():
+            if keyword.lower() in text.lower():
+                return f"{sentence_with(text, keyword)} [{label}]."
+        return NOT_FOUND_ANSWER
+
+    return handler
+
+
+def check_reply(supported: bool = True, answers: bool = True) -> dict[str, Any]:
+    return {"claims": [{"claim": "the stated number of days", "supported": supported}], "answers_question": answers}
+
+
+CHECK_OK = check_reply()
+
+
+def must_not_run(name: str) -> Handler:
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        raise AssertionError(f"{name} must have been replayed from the trace, not called")
+
+    return handler
+
+
+# ---- fixtures ---------------------------------------------------------------------------------------------
+def write_docs(folder: Path, docs: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in docs.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def llms(
+    grade: Any = None, generate: Any = None, check: Any = CHECK_OK, **more: Any
+) -> tuple[ScriptedLLM, ScriptedLLM]:
+    """(generator, grader) with the usual handlers; ``more`` adds grader tasks (rewrite, standalone), revise and
+    reconsider (the second opinion; by default the generate handler)."""
+    generate = generate or answer_with(FACT)
+    gen_handlers = {"generate": generate, "revise": more.pop("revise", answer_with(FACT)),
+                    "reconsider": more.pop("reconsider", generate)}  # fmt: skip
+    grader_handlers = {"grade": grade or grade_yes_if(FACT), "check": check,
+                       "rewrite": "paid vacation days per calendar year", **more}  # fmt: skip
+    return ScriptedLLM(gen_handlers), ScriptedLLM(grader_handlers)
