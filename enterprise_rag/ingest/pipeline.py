@@ -51,8 +51,8 @@ class Ingestor:
     def ingest(
         self,
         paths: Iterable[str | Path],
-        allowed_groups: Sequence[str] | None = None,
-        allowed_users: Sequence[str] | None = None,
+        allowed_groups: str | Sequence[str] | None = None,
+        allowed_users: str | Sequence[str] | None = None,
         metadata: dict[str, Any] | None = None,
         progress: Progress | None = None,
     ) -> IngestReport:
@@ -77,8 +77,8 @@ class Ingestor:
     def ingest_documents(
         self,
         documents: Iterable[LoadedDocument | FailedFile],
-        allowed_groups: Sequence[str] | None = None,
-        allowed_users: Sequence[str] | None = None,
+        allowed_groups: str | Sequence[str] | None = None,
+        allowed_users: str | Sequence[str] | None = None,
         metadata: dict[str, Any] | None = None,
         progress: Progress | None = None,
     ) -> IngestReport:
@@ -87,8 +87,6 @@ class Ingestor:
         started = time.perf_counter()
         pending: list[PreparedDocument] = []
         pending_nodes = 0
-        groups = list(allowed_groups) if allowed_groups is not None else None
-        users = list(allowed_users) if allowed_users is not None else None
         documents = iter(documents)
         while True:
             t0 = time.perf_counter()
@@ -99,7 +97,7 @@ class Ingestor:
             try:
                 if isinstance(loaded, FailedFile):
                     raise IngestError(loaded.path, loaded.reason)
-                record = resolve_record(loaded, groups, users, metadata)
+                record = resolve_record(loaded, allowed_groups, allowed_users, metadata)
                 if self._unchanged(record):
                     report.unchanged.append(record.source)
                     if progress:

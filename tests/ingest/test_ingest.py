@@ -22,7 +22,7 @@ import pytest
 import yaml
 from pypdf import PdfReader, PdfWriter
 
-from enterprise_rag import EnterpriseRAG
+from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.schema.documents import document_id_for
 from tests.conftest import SCENARIOS
@@ -413,6 +413,44 @@ def test_allowed_users_alone_is_an_acl(rag: EnterpriseRAG, fresh_dsn: str, tmp_p
     assert report.added == [_source(by_front)] and not report.failed
     assert _acl(fresh_dsn, _source(by_arg)) == ([], ["dana"], {((), ("dana",))})
     assert _acl(fresh_dsn, _source(by_front)) == ([], ["dana", "erin"], {((), ("dana", "erin"))})
+
+
+def test_a_string_acl_argument_is_one_name(rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path) -> None:
+    path = tmp_path / "budget.txt"
+    path.write_text("Budget\n\nThe travel budget is frozen until June.\n")
+    assert rag.ingest(path, allowed_groups="finance", allowed_users="dana").added == [_source(path)]
+    assert _acl(fresh_dsn, _source(path)) == (["finance"], ["dana"], {(("finance",), ("dana",))})
+    assert rag.retrieve("travel budget", user=Principal("fay", ["finance"]))
+    assert rag.retrieve("travel budget", user=Principal("fred", ["f"])) == []
+
+
+def test_invalid_acl_names_fail_their_file_alone(rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path) -> None:
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    good = folder / "good.md"
+    good.write_text(markdown_doc("Good", "## Hours\n\nThe desk opens at 8.", allowed_groups=["staff"]))
+    front_matter = {  # file -> (front-matter ACL, words of the reason)
+        "blank.md": ({"allowed_groups": ["staff", ""]}, ["allowed_groups", "empty"]),
+        "number.md": ({"allowed_users": ["dana", 5]}, ["allowed_users", "list of names"]),
+        "long.md": ({"allowed_groups": ["x" * 3000]}, ["allowed_groups", "2048 bytes"]),
+    }
+    for name, (acl, _) in front_matter.items():
+        (folder / name).write_text(markdown_doc(name, "## Secret\n\nThe vault code rotates weekly.", **acl))
+    report = rag.ingest(folder)
+    assert report.added == [_source(good)]
+    failed = {f.path: f.reason for f in report.failed}
+    assert set(failed) == {_source(folder / name) for name in front_matter}
+    for name, (_, words) in front_matter.items():
+        for word in words:
+            assert word in failed[_source(folder / name)], failed
+    # names PostgreSQL cannot store, given as arguments: refused with a reason, not a driver error
+    for groups in (["staff", "eng\ud800"], ["staff\x00"]):
+        report = rag.ingest(folder / "blank.md", allowed_groups=groups)
+        assert [f.path for f in report.failed] == [_source(folder / "blank.md")]
+        assert "cannot be stored" in report.failed[0].reason
+    assert query_rows(fresh_dsn, "SELECT source FROM rag_documents") == [(_source(good),)]
+    assert query_rows(fresh_dsn, "SELECT count(*) FROM rag_nodes WHERE text LIKE '%vault%'") == [(0,)]
+    assert_consistent(fresh_dsn)
 
 
 # --- bad inputs in one batch -------------------------------------------------------------------------
