@@ -93,7 +93,8 @@ class EnterpriseRAG:
         The ACL comes from the arguments (lists of names, or one name as a string)
         or, when both are None, from each document's front-matter; a document with
         neither is refused. Unchanged documents are skipped; changed ones replace
-        their nodes atomically.
+        their nodes atomically; a file whose ``document_id`` belongs to another
+        source is refused.
         A bad file fails alone, with its path and reason in ``report.failed``.
         ``progress(source, outcome)`` is called after each document.
 
