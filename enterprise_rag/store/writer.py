@@ -139,7 +139,8 @@ def refuse_taken_ids(conn: psycopg.Connection, records: Sequence[DocumentRecord]
 
     Writes upsert by document id, so without this check one document (a front-matter
     ``document_id``, a LlamaIndex ``ref_doc_id``) could replace another's text and ACL. An id
-    belongs to the source it is stored under or, among ``records``, to the first that claims it.
+    belongs to the source it is stored under or, among ``records``, to the first that claims it. The
+    error does not name the owner: the person ingesting may not be allowed to read it.
     :func:`write_documents` calls it under its advisory locks, so a concurrent write cannot slip in.
     """
     owners = document_sources(conn, [r.document_id for r in records])
@@ -148,8 +149,8 @@ def refuse_taken_ids(conn: psycopg.Connection, records: Sequence[DocumentRecord]
         if owner != rec.source:
             raise IngestError(
                 rec.source,
-                f"document_id {rec.document_id!r} already belongs to {owner!r}; a document cannot take another's"
-                " id (give it a document_id of its own)",
+                f"document_id {rec.document_id!r} already belongs to another document; a document cannot take"
+                " another's id (give it a document_id of its own)",
             )
 
 
