@@ -83,16 +83,18 @@ class EnterpriseRAG:
     def ingest(
         self,
         paths: str | Path | Sequence[str | Path],
-        allowed_groups: list[str] | None = None,
-        allowed_users: list[str] | None = None,
+        allowed_groups: str | Sequence[str] | None = None,
+        allowed_users: str | Sequence[str] | None = None,
         metadata: dict[str, Any] | None = None,
         progress: Progress | None = None,
     ) -> IngestReport:
         """Ingest files or folders (pdf, md, html, txt) with their ACL.
 
-        The ACL comes from the arguments or, when both are None, from each
-        document's front-matter; a document with neither is refused. Unchanged
-        documents are skipped; changed ones replace their nodes atomically.
+        The ACL comes from the arguments (lists of names, or one name as a string)
+        or, when both are None, from each document's front-matter; a document with
+        neither is refused. Unchanged documents are skipped; changed ones replace
+        their nodes atomically; a file whose ``document_id`` belongs to another
+        source is refused.
         A bad file fails alone, with its path and reason in ``report.failed``.
         ``progress(source, outcome)`` is called after each document.
 

@@ -3,7 +3,9 @@
 Files stream through in batches, so memory stays bounded on large folders.
 A file that fails is reported with its path and reason and never stops the
 rest; a batch is written in one transaction, so the store never holds half a
-document.
+document. A document id belongs to the source first stored under it: a file that
+claims another's id (through its front-matter ``document_id``) fails alone, and
+re-ingesting a source under its own id updates it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from enterprise_rag.schema.documents import DocumentRecord, LoadedDocument
 from enterprise_rag.schema.ingest import FailedFile, IngestReport, Progress
 from enterprise_rag.store import Database
 from enterprise_rag.store.documents import stored_document_ids, stored_record
-from enterprise_rag.store.writer import PreparedDocument, existing_embeddings, write_documents
+from enterprise_rag.store.writer import PreparedDocument, existing_embeddings, refuse_taken_ids, write_documents
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +53,8 @@ class Ingestor:
     def ingest(
         self,
         paths: Iterable[str | Path],
-        allowed_groups: Sequence[str] | None = None,
-        allowed_users: Sequence[str] | None = None,
+        allowed_groups: str | Sequence[str] | None = None,
+        allowed_users: str | Sequence[str] | None = None,
         metadata: dict[str, Any] | None = None,
         progress: Progress | None = None,
     ) -> IngestReport:
@@ -77,8 +79,8 @@ class Ingestor:
     def ingest_documents(
         self,
         documents: Iterable[LoadedDocument | FailedFile],
-        allowed_groups: Sequence[str] | None = None,
-        allowed_users: Sequence[str] | None = None,
+        allowed_groups: str | Sequence[str] | None = None,
+        allowed_users: str | Sequence[str] | None = None,
         metadata: dict[str, Any] | None = None,
         progress: Progress | None = None,
     ) -> IngestReport:
@@ -87,8 +89,6 @@ class Ingestor:
         started = time.perf_counter()
         pending: list[PreparedDocument] = []
         pending_nodes = 0
-        groups = list(allowed_groups) if allowed_groups is not None else None
-        users = list(allowed_users) if allowed_users is not None else None
         documents = iter(documents)
         while True:
             t0 = time.perf_counter()
@@ -99,7 +99,7 @@ class Ingestor:
             try:
                 if isinstance(loaded, FailedFile):
                     raise IngestError(loaded.path, loaded.reason)
-                record = resolve_record(loaded, groups, users, metadata)
+                record = resolve_record(loaded, allowed_groups, allowed_users, metadata)
                 if self._unchanged(record):
                     report.unchanged.append(record.source)
                     if progress:
@@ -133,8 +133,13 @@ class Ingestor:
             progress(path, "failed")
 
     def _unchanged(self, record: DocumentRecord) -> bool:
-        """Whether the store already holds this record exactly (content, ACL and properties)."""
+        """Whether the store already holds this record exactly (content, ACL and properties).
+
+        Raises :class:`IngestError` when its document id belongs to another source, so that file
+        fails before it is chunked and embedded.
+        """
         with self._db.connection() as conn:
+            refuse_taken_ids(conn, [record])
             return stored_record(conn, record.document_id) == record
 
     def _flush(self, docs: list[PreparedDocument], report: IngestReport, progress: Progress | None) -> None:
@@ -143,8 +148,14 @@ class Ingestor:
         self._embed(docs, report)
         t0 = time.perf_counter()
         with self._db.connection() as conn:
-            existing = stored_document_ids(conn, [d.record.document_id for d in docs])
-            report.nodes_written += write_documents(conn, docs)
+            while docs:
+                existing = stored_document_ids(conn, [d.record.document_id for d in docs])
+                try:
+                    report.nodes_written += write_documents(conn, docs)
+                    break
+                except IngestError as exc:  # an id taken since it was checked, or twice in this batch
+                    self._fail(report, exc.path, exc.reason, progress)
+                    docs = [d for d in docs if d.record.source != exc.path]
         report.seconds_write += time.perf_counter() - t0
         for doc in docs:
             outcome = "updated" if doc.record.document_id in existing else "added"

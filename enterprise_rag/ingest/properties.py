@@ -7,30 +7,13 @@ group and no allowed user is refused. Arguments win over front-matter.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from enterprise_rag.errors import IngestError
-from enterprise_rag.schema.documents import STATUSES, DocumentRecord, LoadedDocument, document_id_for
+from enterprise_rag.schema.documents import STATUSES, DocumentRecord, LoadedDocument, acl_names, document_id_for
 
 _RESERVED = {"title", "version", "status", "effective_date", "allowed_groups", "allowed_users", "document_id"}
-
-
-MAX_NAME_BYTES = 2048  # each array element is a GIN index entry; PostgreSQL caps those near 2.7 kB
-
-
-def _names(value: Any, what: str, source: str) -> list[str]:
-    """Group or user names: strings of at most 2 kB (UTF-8) without NUL (PostgreSQL cannot store NUL)."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise IngestError(source, f"{what} must be a list of strings, got {value!r}")
-    names = sorted({v for v in value if v.strip()})
-    for name in names:
-        if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES or "\x00" in name:
-            raise IngestError(source, f"{what} entries must be at most {MAX_NAME_BYTES} bytes, without NUL characters")
-    return names
 
 
 def _date(value: Any, source: str) -> dt.date | None:
@@ -61,16 +44,16 @@ def _jsonable(value: Any) -> Any:
 
 def resolve_record(
     doc: LoadedDocument,
-    allowed_groups: list[str] | None = None,
-    allowed_users: list[str] | None = None,
+    allowed_groups: str | Sequence[str] | None = None,
+    allowed_users: str | Sequence[str] | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> DocumentRecord:
     """Validate properties and resolve the ACL; raise :class:`IngestError` on any problem."""
     props = {**doc.properties, **(metadata or {})}
     source = doc.source
     explicit = allowed_groups is not None or allowed_users is not None
-    groups = _names(allowed_groups if explicit else props.get("allowed_groups"), "allowed_groups", source)
-    users = _names(allowed_users if explicit else props.get("allowed_users"), "allowed_users", source)
+    groups = acl_names(allowed_groups if explicit else props.get("allowed_groups"), "allowed_groups", source)
+    users = acl_names(allowed_users if explicit else props.get("allowed_users"), "allowed_users", source)
     if not groups and not users:
         raise IngestError(
             source,

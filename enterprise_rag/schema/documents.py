@@ -8,6 +8,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from enterprise_rag.errors import IngestError
+from enterprise_rag.principal import storable_name
+
 BlockKind = Literal["paragraph", "heading", "list", "table", "code"]
 
 
@@ -80,6 +83,43 @@ def text_document(source: str, title: str, text: str, properties: dict[str, Any]
 
 
 STATUSES = ("current", "superseded", "draft", "archived")
+MAX_NAME_BYTES = 2048  # each ACL name is a GIN index entry; PostgreSQL caps those near 2.7 kB
+
+
+def acl_names(value: object, what: str, document: str) -> list[str]:
+    """The names of one ACL field (``what``: allowed_groups or allowed_users), validated, sorted, unique.
+
+    Every write path goes through here, so a document's ACL means the same whichever way it
+    arrives. ``value`` is None (no names), one name as a string (never split into its characters)
+    or a list or tuple of names. Each name must be a non-blank string that PostgreSQL can store
+    (see :func:`~enterprise_rag.principal.storable_name`) of at most ``MAX_NAME_BYTES`` bytes in
+    UTF-8. Names are kept exactly as given: matching a principal's groups is exact.
+    Raises :class:`IngestError` naming ``document`` otherwise.
+
+    >>> acl_names("finance", "allowed_groups", "hr/pay.md")
+    ['finance']
+    >>> acl_names(["hr", "finance", "hr"], "allowed_groups", "hr/pay.md")
+    ['finance', 'hr']
+    >>> acl_names(["hr", ""], "allowed_groups", "hr/pay.md")
+    Traceback (most recent call last):
+    ...
+    enterprise_rag.errors.IngestError: hr/pay.md: allowed_groups entries must not be empty or blank
+    """
+    if value is None:
+        return []
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise IngestError(document, f"{what} must be a name or a list of names (strings), got {value!r:.200}")
+    for name in names:
+        if not name.strip():
+            raise IngestError(document, f"{what} entries must not be empty or blank")
+        if not storable_name(name):
+            raise IngestError(
+                document, f"{what} entry {name!r:.80} cannot be stored (a NUL character or invalid UTF-8)"
+            )
+        if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+            raise IngestError(document, f"{what} entries must be at most {MAX_NAME_BYTES} bytes in UTF-8")
+    return sorted(set(names))
 
 
 @dataclass

@@ -30,6 +30,16 @@ def stored_record(conn: psycopg.Connection, document_id: str) -> DocumentRecord 
     )  # fmt: skip
 
 
+def document_sources(conn: psycopg.Connection, document_ids: Sequence[str]) -> dict[str, str]:
+    """The source each of these document ids is stored under (ids not stored are absent)."""
+    return {
+        r[0]: r[1]
+        for r in conn.execute(
+            "SELECT document_id, source FROM rag_documents WHERE document_id = ANY(%s)", (list(document_ids),)
+        )
+    }
+
+
 def stored_document_ids(conn: psycopg.Connection, document_ids: Sequence[str]) -> set[str]:
     """Which of these document ids are stored."""
     return {

@@ -26,7 +26,7 @@ from pydantic import PrivateAttr
 from enterprise_rag.config import RetrievalSettings
 from enterprise_rag.errors import IngestError, PermissionDeniedError
 from enterprise_rag.principal import Principal
-from enterprise_rag.schema.documents import Chunk, DocumentRecord
+from enterprise_rag.schema.documents import Chunk, DocumentRecord, acl_names
 from enterprise_rag.store import Database
 from enterprise_rag.store.search import SearchParams, search
 from enterprise_rag.store.writer import PreparedDocument, delete_documents, write_documents
@@ -85,15 +85,15 @@ class PgRagVectorStore(BasePydanticVectorStore):
     def _prepare(self, document_id: str, nodes: list[BaseNode]) -> PreparedDocument:
         meta = nodes[0].metadata
         source = str(meta.get("source") or meta.get("file_path") or document_id)
-        groups = meta.get("allowed_groups") or []
-        users = meta.get("allowed_users") or []
+        groups = acl_names(meta.get("allowed_groups"), "allowed_groups", source)
+        users = acl_names(meta.get("allowed_users"), "allowed_users", source)
         if not groups and not users:
             raise IngestError(source, "node metadata carries no allowed_groups/allowed_users; refused (fail closed)")
         record = DocumentRecord(
             document_id=document_id, source=source, title=str(meta.get("title") or ""), version=None,
             status=str(meta.get("status") or "current"), effective_date=None,
             content_hash=hashlib.sha256("".join(n.get_content() for n in nodes).encode()).hexdigest(),
-            allowed_groups=sorted(groups), allowed_users=sorted(users),
+            allowed_groups=groups, allowed_users=users,
             metadata={k: v for k, v in meta.items() if k not in ("allowed_groups", "allowed_users")},
         )  # fmt: skip
         prepared = PreparedDocument(record=record, chunks=[])

@@ -22,7 +22,9 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from enterprise_rag.errors import IngestError
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
+from enterprise_rag.store.documents import document_sources
 
 NODE_COLUMNS = (
     "node_id", "document_id", "parent_id", "level", "is_leaf", "position", "text", "breadcrumb",
@@ -77,6 +79,8 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument], 
     off, then builds them once, inside the same transaction: chosen when the batch holds at least
     as many leaves as the store, where one build is cheaper than row-by-row maintenance (an HNSW
     build is several times faster than as many inserts). Readers wait for the commit meanwhile.
+    A document whose id belongs to another source raises :class:`IngestError` naming it, and
+    nothing of the batch is written.
     """
     if not docs:
         return 0
@@ -85,6 +89,7 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument], 
     with conn.transaction():
         # Serialise concurrent ingests of the same document; sorted to avoid deadlocks.
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(id)) FROM unnest(%s::text[]) AS id", (ids,))
+        refuse_taken_ids(conn, [d.record for d in docs])
         if bulk is None:
             batch_leaves = sum(c.is_leaf for d in docs for c in d.chunks)
             stored = conn.execute("SELECT leaves FROM rag_bm25_stats").fetchone()
@@ -127,6 +132,26 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument], 
         if rebuild is not None:
             rebuild()
     return written
+
+
+def refuse_taken_ids(conn: psycopg.Connection, records: Sequence[DocumentRecord]) -> None:
+    """Raise :class:`IngestError` for the first record whose document id belongs to another source.
+
+    Writes upsert by document id, so without this check one document (a front-matter
+    ``document_id``, a LlamaIndex ``ref_doc_id``) could replace another's text and ACL. An id
+    belongs to the source it is stored under or, among ``records``, to the first that claims it. The
+    error does not name the owner: the person ingesting may not be allowed to read it.
+    :func:`write_documents` calls it under its advisory locks, so a concurrent write cannot slip in.
+    """
+    owners = document_sources(conn, [r.document_id for r in records])
+    for rec in records:
+        owner = owners.setdefault(rec.document_id, rec.source)
+        if owner != rec.source:
+            raise IngestError(
+                rec.source,
+                f"document_id {rec.document_id!r} already belongs to another document; a document cannot take"
+                " another's id (give it a document_id of its own)",
+            )
 
 
 def _suspend_index_maintenance(conn: psycopg.Connection) -> Callable[[], None]:

@@ -22,9 +22,11 @@ import pytest
 import yaml
 from pypdf import PdfReader, PdfWriter
 
-from enterprise_rag import EnterpriseRAG
+from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
-from enterprise_rag.schema.documents import document_id_for
+from enterprise_rag.ingest.pipeline import Ingestor
+from enterprise_rag.ingest.readers import read_document
+from enterprise_rag.schema.documents import LoadedDocument, document_id_for
 from tests.conftest import SCENARIOS
 from tests.support.databases import create_db, drop_db
 from tests.support.ingest import assert_consistent, markdown_doc, query_rows
@@ -413,6 +415,126 @@ def test_allowed_users_alone_is_an_acl(rag: EnterpriseRAG, fresh_dsn: str, tmp_p
     assert report.added == [_source(by_front)] and not report.failed
     assert _acl(fresh_dsn, _source(by_arg)) == ([], ["dana"], {((), ("dana",))})
     assert _acl(fresh_dsn, _source(by_front)) == ([], ["dana", "erin"], {((), ("dana", "erin"))})
+
+
+def test_a_string_acl_argument_is_one_name(rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path) -> None:
+    path = tmp_path / "budget.txt"
+    path.write_text("Budget\n\nThe travel budget is frozen until June.\n")
+    assert rag.ingest(path, allowed_groups="finance", allowed_users="dana").added == [_source(path)]
+    assert _acl(fresh_dsn, _source(path)) == (["finance"], ["dana"], {(("finance",), ("dana",))})
+    assert rag.retrieve("travel budget", user=Principal("fay", ["finance"]))
+    assert rag.retrieve("travel budget", user=Principal("fred", ["f"])) == []
+
+
+def test_invalid_acl_names_fail_their_file_alone(rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path) -> None:
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    good = folder / "good.md"
+    good.write_text(markdown_doc("Good", "## Hours\n\nThe desk opens at 8.", allowed_groups=["staff"]))
+    front_matter = {  # file -> (front-matter ACL, words of the reason)
+        "blank.md": ({"allowed_groups": ["staff", ""]}, ["allowed_groups", "empty"]),
+        "number.md": ({"allowed_users": ["dana", 5]}, ["allowed_users", "list of names"]),
+        "long.md": ({"allowed_groups": ["x" * 3000]}, ["allowed_groups", "2048 bytes"]),
+    }
+    for name, (acl, _) in front_matter.items():
+        (folder / name).write_text(markdown_doc(name, "## Secret\n\nThe vault code rotates weekly.", **acl))
+    report = rag.ingest(folder)
+    assert report.added == [_source(good)]
+    failed = {f.path: f.reason for f in report.failed}
+    assert set(failed) == {_source(folder / name) for name in front_matter}
+    for name, (_, words) in front_matter.items():
+        for word in words:
+            assert word in failed[_source(folder / name)], failed
+    # names PostgreSQL cannot store, given as arguments: refused with a reason, not a driver error
+    for groups in (["staff", "eng\ud800"], ["staff\x00"]):
+        report = rag.ingest(folder / "blank.md", allowed_groups=groups)
+        assert [f.path for f in report.failed] == [_source(folder / "blank.md")]
+        assert "cannot be stored" in report.failed[0].reason
+    assert query_rows(fresh_dsn, "SELECT source FROM rag_documents") == [(_source(good),)]
+    assert query_rows(fresh_dsn, "SELECT count(*) FROM rag_nodes WHERE text LIKE '%vault%'") == [(0,)]
+    assert_consistent(fresh_dsn)
+
+
+# --- document identity -------------------------------------------------------------------------------
+
+
+def _stored_document(dsn: str, document_id: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The document row and its nodes, with their row versions (any rewrite changes them)."""
+    row = query_rows(dsn, "SELECT source, allowed_groups, allowed_users, content_hash, xmin::text FROM rag_documents"
+                     " WHERE document_id = %s", (document_id,))  # fmt: skip
+    nodes = query_rows(dsn, "SELECT node_id, text, allowed_groups, xmin::text FROM rag_nodes"
+                       " WHERE document_id = %s ORDER BY node_id", (document_id,))  # fmt: skip
+    return row, nodes
+
+
+def test_a_document_id_of_another_source_fails_that_file_alone(
+    rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path
+) -> None:
+    owner = tmp_path / "owner" / "salaries.md"
+    owner.parent.mkdir()
+    owner.write_text(markdown_doc("Salaries", "## Bands\n\nBand C starts at 61,000.", allowed_groups=["hr"],
+                                  document_id="policy-7"))  # fmt: skip
+    assert rag.ingest(owner).added == [_source(owner)]
+    before = _stored_document(fresh_dsn, "policy-7")
+
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    forged = batch / "forged.md"  # claims the stored document's id
+    forged.write_text(markdown_doc("Salaries", "## Bands\n\nBand C starts at 1.", allowed_groups=["all-staff"],
+                                   document_id="policy-7"))  # fmt: skip
+    first, second = batch / "a-claim.md", batch / "b-claim.md"  # both claim a new id: the first one has it
+    for path in (first, second):
+        path.write_text(markdown_doc(path.stem, f"## Note\n\nNote {path.stem}.", allowed_groups=["staff"],
+                                     document_id="shared-9"))  # fmt: skip
+    plain = batch / "plain.md"
+    plain.write_text(markdown_doc("Plain", "## Lunch\n\nLunch is served at noon.", allowed_groups=["staff"]))
+
+    report = rag.ingest(batch)
+    assert report.added == [_source(first), _source(plain)]
+    failed = {f.path: f.reason for f in report.failed}
+    assert set(failed) == {_source(forged), _source(second)}
+    assert "'policy-7' already belongs to another" in failed[_source(forged)]
+    assert "'shared-9' already belongs to another" in failed[_source(second)]
+    assert _source(owner) not in failed[_source(forged)] and _source(first) not in failed[_source(second)]
+    assert _stored_document(fresh_dsn, "policy-7") == before  # text, ACL and source untouched
+    assert query_rows(fresh_dsn, "SELECT count(*) FROM rag_nodes WHERE text LIKE '%starts at 1.%'") == [(0,)]
+    assert query_rows(fresh_dsn, "SELECT source FROM rag_documents WHERE document_id = 'shared-9'") == [
+        (_source(first),)
+    ]
+
+    # the source that owns an id re-ingests under it as usual
+    owner.write_text(markdown_doc("Salaries", "## Bands\n\nBand C starts at 63,000.", allowed_groups=["hr"],
+                                  document_id="policy-7"))  # fmt: skip
+    assert rag.ingest(owner).updated == [_source(owner)]
+    assert query_rows(fresh_dsn, "SELECT count(*) FROM rag_nodes WHERE document_id = 'policy-7'"
+                      " AND is_leaf AND text LIKE '%63,000%'") == [(1,)]  # fmt: skip
+    assert_consistent(fresh_dsn)
+
+
+def test_a_document_id_taken_while_its_batch_is_prepared_fails_that_file_alone(
+    rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path
+) -> None:
+    """The write itself refuses an id stored for another source since the file was checked."""
+    claimant, owner, plain = tmp_path / "claimant.md", tmp_path / "owner.md", tmp_path / "plain.md"
+    claimant.write_text(markdown_doc("Claim", "## A\n\nClaimed text.", allowed_groups=["all-staff"],
+                                     document_id="policy-7"))  # fmt: skip
+    owner.write_text(markdown_doc("Owner", "## A\n\nOwner text.", allowed_groups=["hr"], document_id="policy-7"))
+    plain.write_text(markdown_doc("Plain", "## A\n\nPlain text.", allowed_groups=["staff"]))
+    max_bytes = int(rag.settings.ingest.max_file_mb * 1024 * 1024)
+
+    def documents() -> Iterator[LoadedDocument]:
+        yield read_document(claimant, max_bytes)  # checked while the id is free
+        assert rag.ingest(owner).added == [_source(owner)]  # then another ingest stores it
+        yield read_document(plain, max_bytes)
+
+    report = Ingestor(rag.db, rag.providers.embed_model, rag.settings.ingest).ingest_documents(documents())
+    assert report.added == [_source(plain)]
+    assert [(f.path, "'policy-7' already belongs to" in f.reason) for f in report.failed] == [(_source(claimant), True)]
+    assert query_rows(fresh_dsn, "SELECT source, allowed_groups FROM rag_documents WHERE document_id = 'policy-7'") == [
+        (_source(owner), ["hr"])
+    ]
+    assert query_rows(fresh_dsn, "SELECT count(*) FROM rag_nodes WHERE text LIKE '%Claimed%'") == [(0,)]
+    assert_consistent(fresh_dsn)
 
 
 # --- bad inputs in one batch -------------------------------------------------------------------------
