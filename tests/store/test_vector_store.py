@@ -76,7 +76,7 @@ def test_nodes_under_another_sources_document_id_are_refused(
     with pytest.raises(IngestError) as caught:
         store.add([_node(doc_id, "Band C starts at 1.", source="mem://forged", allowed_groups=["all-staff"])])
     assert caught.value.path == "mem://forged"
-    assert doc_id in caught.value.reason and str(path) in caught.value.reason
+    assert doc_id in caught.value.reason and str(path) not in caught.value.reason  # the owner stays unnamed
     assert query_rows(fresh_dsn, "SELECT source, allowed_groups FROM rag_documents") == [(str(path), ["hr"])]
     assert query_rows(fresh_dsn, "SELECT node_id, text, allowed_groups, xmin::text FROM rag_nodes ORDER BY 1") == before
 
