@@ -34,7 +34,7 @@ STOPWORDS = frozenset(
 
 
 def words(text: str) -> list[str]:
-    """Every run of letters and digits of ``text``, lower case, in order (``E-4120`` gives ``e``, ``4120``)."""
+    """Every run of letters and digits of ``text``, lower case, in order (``AB-123`` gives ``ab``, ``123``)."""
     return _WORD.findall(text.lower())
 
 
@@ -62,12 +62,12 @@ def query_words(text: str) -> list[str]:
 
 def identifiers(text: str) -> set[str]:
     """Tokens of ``text`` mixing letters and digits (e-4120, ld-7, iso27001), lower case: codes that
-    embeddings barely tell from their neighbours (E-4102). Plain numbers and dates are not identifiers."""
+    embeddings barely tell from their neighbours (a code one character away). Plain numbers and dates are not identifiers."""
     return {t for t in _TOKEN.findall(text.lower()) if any(c.isdigit() for c in t) and any(c.isalpha() for c in t)}
 
 
 def acronyms(text: str) -> set[str]:
-    """Upper-case words of two to six letters (VPN, KYC, AML), lower case: the names of the systems and
+    """Upper-case words of two to six letters (HTTP, SQL, GDPR), lower case: the names of the systems and
     policies whole documents are about, which a heading uses as it is and a question repeats."""
     return {t.lower() for t in _ACRONYM.findall(text)}
 
@@ -78,10 +78,10 @@ def names(text: str) -> set[str]:
 
 
 def is_heading(line: str) -> bool:
-    """A Markdown heading line, as chunk texts keep them (``## E-4120 - Daily limit``)."""
+    """A Markdown heading line, as chunk texts keep them (``## AB-123 - Title``)."""
     return _HEADING.match(line) is not None
 
 
 def word_count(text: str) -> int:
-    """Whitespace-separated tokens of ``text`` holding a letter or digit (``E-4120``, ``2.5%`` count once)."""
+    """Whitespace-separated tokens of ``text`` holding a letter or digit (``AB-123``, ``2.5%`` count once)."""
     return sum(1 for token in text.split() if any(ch.isalnum() for ch in token))

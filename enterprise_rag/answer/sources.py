@@ -6,9 +6,7 @@ strips), the rows of a table keyed by numeric ranges that do not hold a number
 of the question, and the sections headed by another identifier than the one
 asked about; page, source and date stay with the passage. The corpus passages are
 then ordered by their paragraph most like the question: the local generator leans
-on S1, and answered "not found" to "What is the shared VPN password?" while the
-VPN guide's "There is no shared VPN password" sat in S2 under the section that
-mentions passwords most.
+on S1, and can answer "not found" while the sentence that answers sits in S2.
 """
 
 from __future__ import annotations
@@ -79,8 +77,8 @@ def sections_named_as_asked(question: str, text: str) -> tuple[str, int]:
     """``text`` without its sections headed by an identifier other than the question's; returns the
     text and the sections dropped.
 
-    Asked about E-4120, the local model took the escalation rule of the next section (E-5003) of
-    the same merged passage into its answer. Only cut when a heading does name an identifier of
+    A small model takes rules of a neighbouring section of the same merged passage, about another
+    code, into its answer. Only cut when a heading does name an identifier of
     the question; sections whose heading names no identifier ("Reporting a new code") stay.
     """
     asked = identifiers(question)

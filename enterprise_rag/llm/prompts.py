@@ -20,8 +20,8 @@ _NOT_FOUND_RULE = f'3. If the sources do not answer the question, reply exactly:
 # The second opinion, after a "not found" that the grader contradicts: a small model takes the not-found
 # exit above too readily, and without it finds answers it had missed (4 of 4 scenario questions it had
 # refused). Without an exit it also invents, so that draft is kept only if it passes every check unrevised.
-# Told only to "state" a false premise's answer, it said no more than "The shared VPN password does not
-# exist."; asked for what the sources say instead, it adds the facts (SSO account and hardware key).
+# Told only to "state" a false premise's answer, it said no more than that the thing does not exist;
+# asked for what the sources say instead, it adds the facts the sources give.
 _ANSWER_KNOWN_RULE = (
     "3. The sources answer the question, possibly by saying that what it asks for does not exist: "
     "state the answer, and what the sources say instead of what was asked for."
@@ -132,8 +132,7 @@ def generate_messages(sources: list[Source], question: str, *, answer_known: boo
     """The task line is short on purpose: the local 1.5B model answered "not found" to a source that
     held the answer when told to "name every item, amount and deadline" (9 scenario questions with
     their retrieved sources: content right in 8 with this line, 6 with that one). "and the options the
-    sources list for it" made it name the accepted documents under "a government-issued photo ID"
-    (KYC), with no other first draft of the 14 scenario answer prompts changing its verdict."""
+    sources list for it" made it name the options listed under an item, with no other first draft of the 14 scenario answer prompts changing its verdict."""
     return [
         answer_system(sources, answer_known=answer_known),
         user(
@@ -156,7 +155,7 @@ def check_messages(
     sources: list[Source], question: str, answer: str, *, answer_known: bool = False
 ) -> list[ChatMessage]:
     """Support and usefulness in one call. A false-premise answer is named as useful: the local model
-    judged "There is no shared VPN password [S1]" as not answering "What is the shared VPN password?"."""
+    judged "There is no X [S1]" as not answering "What is X?"."""
     body = (
         f"Question: {question}\nAnswer to check:\n{answer}\n\n"
         "List each factual claim of the answer (at most 6) and whether the sources state it (supported true/false). "

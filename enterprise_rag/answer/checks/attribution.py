@@ -6,8 +6,7 @@ whose content words are (almost) all in one source is attributed to that
 source, and so is a labelled sentence its cited sources do not ground (see
 :mod:`enterprise_rag.answer.checks.grounding`); everything else is left for the
 checks to flag. A reporting frame is not part of the copy: "The sources state
-that there is no shared VPN password." is matched on "there is no shared VPN
-password". The support check still verifies every claim afterwards.
+that X." is matched on "X". The support check still verifies every claim afterwards.
 """
 
 from __future__ import annotations

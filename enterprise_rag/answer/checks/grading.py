@@ -9,10 +9,10 @@ A small grader model is unreliable in one direction above all: it answers
 "none"/"no" for every passage of a batch, the answering one included. A "no"
 is therefore downgraded to ``partial`` (never upgraded to yes) where retrieval
 has strong evidence of its own: a dense similarity at or above ``keep_similarity``,
-or a heading that names an identifier of the question (E-4120, LD-7), which
-embeddings barely tell from its neighbours (E-4102), or an acronym of it (the
-grader said no to every section of the "VPN Setup Guide" for "How do I set up
-the VPN on my new laptop?"). The passage reaches the generator, which still says
+or a heading that names an identifier of the question (a code such as AB-123), which
+embeddings barely tell from its neighbours, or an acronym of it (a small grader
+can say no to every section of a guide named after what the question asks
+about). The passage reaches the generator, which still says
 plainly when it holds no answer.
 """
 
@@ -163,7 +163,7 @@ class Grader:
         """What the grader sees of each passage: long ones cut around their paragraph most similar to the
         question (one embedding batch for all of them), or by shared words without an embedding model.
 
-        A paragraph holding a code of the question (E-4120, LD-7, 2024) comes first: embeddings barely
+        A paragraph holding a code of the question (a code such as AB-123, or a year) comes first: embeddings barely
         tell one error code from another, which is why search is hybrid too.
         """
         texts = [n.node.get_content() for n in nodes]

@@ -1,8 +1,7 @@
 """Cited sentences made of words their sources do not contain: content from elsewhere.
 
-Asked about payment error E-4120, the local model's support check passed "you should
-check the payment details, such as the card number, expiration date, and CVV code.
-[S1]" citing a refund policy. In code, each cited sentence's content words
+A small model's support check can pass a generic sentence (advice from its own
+knowledge) that cites a source about something else. In code, each cited sentence's content words
 (:func:`enterprise_rag.text.terms`) are looked up in the sources it cites and in
 the question; a sentence with less than ``min_share`` of them found is ungrounded.
 Rewording keeps most words of what it restates, so the bar is deliberately low:
