@@ -61,8 +61,9 @@ def query_words(text: str) -> list[str]:
 
 
 def identifiers(text: str) -> set[str]:
-    """Tokens of ``text`` mixing letters and digits (e-4120, ld-7, iso27001), lower case: codes that
-    embeddings barely tell from their neighbours (a code one character away). Plain numbers and dates are not identifiers."""
+    """Tokens of ``text`` mixing letters and digits (ab-123, x-7, iso27001), lower case: codes that
+    embeddings barely tell from their neighbours (a code one character away). Plain numbers and dates
+    are not identifiers."""
     return {t for t in _TOKEN.findall(text.lower()) if any(c.isdigit() for c in t) and any(c.isalpha() for c in t)}
 
 

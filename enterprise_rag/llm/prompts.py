@@ -132,7 +132,8 @@ def generate_messages(sources: list[Source], question: str, *, answer_known: boo
     """The task line is short on purpose: the local 1.5B model answered "not found" to a source that
     held the answer when told to "name every item, amount and deadline" (9 scenario questions with
     their retrieved sources: content right in 8 with this line, 6 with that one). "and the options the
-    sources list for it" made it name the options listed under an item, with no other first draft of the 14 scenario answer prompts changing its verdict."""
+    sources list for it" made it name the options listed under an item, with no other first draft
+    changing its verdict."""
     return [
         answer_system(sources, answer_known=answer_known),
         user(
