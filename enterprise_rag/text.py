@@ -5,7 +5,7 @@ Different needs get different, named cuts, each for what it is compared with:
 * :func:`words` and :func:`terms` (runs of letters and digits) for word overlap: the quote a
   citation shows, citation repair, grounding and coverage of answers, the curated web search's
   BM25 terms; :func:`terms` without stop words and with the plural ``-s`` folded.
-* :func:`query_words` keeps codes, decimals and contractions whole (``e-4120``, ``2.5``,
+* :func:`query_words` keeps codes, decimals and contractions whole (``ab-123``, ``2.5``,
   ``don't``): the full-text half of hybrid search parses exactly these into lexemes, and the
   overlap checks that must match a code as one word compare them.
 * :func:`identifiers`, :func:`acronyms` and :func:`names`: the codes and acronyms a text names,
@@ -52,7 +52,7 @@ def terms(text: str) -> list[str]:
 
 def query_words(text: str) -> list[str]:
     """Distinct words of ``text`` in order of first use, lower case, at most 64, codes, decimals and
-    contractions kept whole (``e-4120``, ``2.5``, ``don't``). The full-text half of hybrid search passes
+    contractions kept whole (``ab-123``, ``2.5``, ``don't``). The full-text half of hybrid search passes
     exactly these to PostgreSQL to be parsed into lexemes, so this cut decides which rows it finds."""
     seen: dict[str, None] = {}
     for word in _QUERY_WORD.findall(text.lower()):
