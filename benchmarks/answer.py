@@ -1,17 +1,29 @@
-"""Answer-workflow benchmark on the scenario questions with the local LLM (web disabled).
+"""Answer-workflow benchmark on a scenario suite with the local LLM (web disabled).
 
-Prints, in one run: each case against its expectations in scenarios.yaml (the same
-check as tests/acceptance/test_scenarios_answers.py), LLM calls and tokens per
-query by path (proceed / fallback / revised), seconds per query p50/p95, the saving of one batched grading call
-against one call per passage, and the saving of the shared prompt prefix
-(generation -> check) against a cold KV cache.
+Prints, in one run: each answer case against its expectations (the same check as
+tests/acceptance/test_scenarios_answers.py), then a table per failure type (the
+section comment a case sits under in the suite file, mapped to the common names:
+page split, identifier, version, follow-up, multi-document, list, numeric,
+negative fact, false premise, unanswerable, permission, injection, paraphrase):
 
-    .venv/bin/python benchmarks/answer.py [--limit N] [--sample 4]
+* pass rate;
+* false not-found: a case with an answer to give, answered not-found;
+* false answer: a case expecting a not-found (out of the corpus, or forbidden), answered anyway;
+* citation precision: the citations whose quote is found (normalised) in the text of the source they cite,
+  over all citations; and number precision: the numbers of cited sentences found in their cited sources.
+
+Then LLM calls and tokens per query by path (proceed / fallback / revised) and seconds per query p50/p95.
+``--comparisons`` adds the saving of one batched grading call against one call per passage, and of the shared
+prompt prefix (generation -> check) against a cold KV cache.
+
+    .venv/bin/python benchmarks/answer.py [--suite ../shared/scenarios-dev] [--limit N] [--cases id1,id2]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
 import sys
 import time
@@ -25,15 +37,16 @@ from _common import SHARED, fresh_database, temp_data_dir
 from llama_index.core.llms import ChatMessage, MessageRole
 
 from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.answer.checks.citations import cited_labels, normalise, split_sentences, strip_citations
+from enterprise_rag.answer.checks.numbers import numbers
 from enterprise_rag.answer.sources import corpus_sources
 from enterprise_rag.config import load_settings
 from enterprise_rag.llm import prompts
 from enterprise_rag.retrieval.windows import focus
 from enterprise_rag.store.embedded import start_embedded, stop_embedded
 
-SCENARIOS = SHARED / "scenarios"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for the suite's matching rules
-from tests.support.scenario_matching import answer_failures  # noqa: E402
+from tests.support.scenario_matching import answer_failures, is_not_found  # noqa: E402
 
 
 def path_of(pipeline: dict[str, Any]) -> str:
@@ -42,14 +55,6 @@ def path_of(pipeline: dict[str, Any]) -> str:
     if pipeline.get("not_found") or pipeline["decision"] == "fallback":
         return "fallback"
     return "proceed"
-
-
-def second_opinion(rag: EnterpriseRAG, trace_id: str, user: Principal, not_found: bool) -> str:
-    """'kept' / 'dropped' when the generator was asked for a second opinion after a not-found, else '-'."""
-    trace = rag.trace(trace_id, user) or {"steps": []}
-    if not any(s["step"] == "generate" and s["data"].get("second_opinion") for s in trace["steps"]):
-        return "-"
-    return "dropped" if not_found else "kept"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -118,26 +123,100 @@ def prefix_comparison(rag: EnterpriseRAG, cases: list[dict[str, Any]]) -> None:
     )
 
 
+FAILURE_TYPES = (
+    ("page split", ("page", "pdf")),
+    ("identifier", ("identifier", "code")),
+    ("version", ("superseded", "version")),
+    ("follow-up", ("follow-up", "follow up", "multi-turn", "history")),
+    ("multi-document", ("two documents", "multi-document", "several documents")),
+    ("list", ("list",)),
+    ("numeric", ("numeric", "number", "threshold")),
+    ("negative fact", ("negative fact",)),
+    ("false premise", ("false premise",)),
+    ("unanswerable", ("not in the corpus", "unanswerable")),
+    ("permission", ("access control", "permission", "acl")),
+    ("injection", ("injection",)),
+    ("paraphrase", ("paraphrase", "all-caps")),
+)
+_SECTION = re.compile(r"^\s*#\s*-{2,}\s*(.+?)\s*-*\s*$")
+_CASE_ID = re.compile(r"^\s*-\s*id:\s*(\S+)")
+
+
+def failure_types(suite_text: str) -> dict[str, str]:
+    """Case id -> failure type, from the section comment (``# --- Superseded vs current ---``) above it."""
+    out, section = {}, "other"
+    for line in suite_text.splitlines():
+        if m := _SECTION.match(line):
+            heading = m.group(1).lower()
+            section = next((name for name, keys in FAILURE_TYPES if any(k in heading for k in keys)), heading)
+        elif m := _CASE_ID.match(line):
+            out[m.group(1)] = section
+    return out
+
+
+def citation_counts(res: Any) -> tuple[int, int, int, int]:
+    """(citations, quotes found in their source, numbers in cited sentences, numbers found in cited sources)."""
+    texts = {s["label"]: normalise(s["text"]) for s in res.sources}
+    found = sum(1 for c in res.citations if c.quote and normalise(c.quote) in texts.get(c.label, ""))
+    n_numbers = n_found = 0
+    for sentence in split_sentences(res.answer):
+        cited = [texts[label] for label in cited_labels(sentence) if label in texts]
+        if not cited:
+            continue
+        wanted = numbers(strip_citations(sentence))
+        known = set().union(*(numbers(t) for t in cited))
+        n_numbers += len(wanted)
+        n_found += len(wanted & known)
+    return len(res.citations), found, n_numbers, n_found
+
+
+def ratio(num: int, den: int) -> str:
+    return f"{num / den:.2f}" if den else "-"
+
+
+def type_table(rows: list[dict[str, Any]]) -> None:
+    print(f"\n{'failure type':16} {'cases':>5} {'passed':>7} {'false nf':>9} {'false ans':>10} "
+          f"{'cite prec':>10} {'num prec':>9}")  # fmt: skip
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[row["type"]].append(row)
+    for name, items in [*sorted(groups.items()), ("ALL", rows)]:
+        cites, quotes, nums, nums_found = (sum(r["citations"][i] for r in items) for i in range(4))
+        print(f"{name:16} {len(items):5} {sum(r['ok'] for r in items):3}/{len(items):<3} "
+              f"{sum(r['false_not_found'] for r in items):9} {sum(r['false_answer'] for r in items):10} "
+              f"{ratio(quotes, cites):>10} {ratio(nums_found, nums):>9}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--suite", type=Path, default=SHARED / "scenarios", help="folder with scenarios.yaml")
     parser.add_argument("--limit", type=int, default=None, help="only the first N answer cases")
+    parser.add_argument("--cases", default="", help="comma-separated case ids (default: every answer case)")
+    parser.add_argument("--config", type=Path, default=None, help="settings file (default: the built-in defaults)")
+    parser.add_argument("--comparisons", action="store_true", help="also time batched grading and prefix reuse")
     parser.add_argument("--sample", type=int, default=4, help="questions for the grading / prefix comparisons")
-    parser.add_argument("--comparisons-only", action="store_true", help="skip the scenario cases")
     args = parser.parse_args()
-    suite = yaml.safe_load((SCENARIOS / "scenarios.yaml").read_text())
-    cases = [c for c in suite["cases"] if c["kind"] in ("answer", "both")][: args.limit]
+    suite_text = (args.suite / "scenarios.yaml").read_text()
+    suite, types = yaml.safe_load(suite_text), failure_types(suite_text)
+    wanted = {c for c in args.cases.split(",") if c}
+    cases = [c for c in suite["cases"] if c["kind"] in ("answer", "both") and (not wanted or c["id"] in wanted)]
+    cases = cases[: args.limit]
     server_dir = temp_data_dir("erag-bench-answer-")
     server = start_embedded(server_dir)
     try:
         dsn = fresh_database(server, "bench_answer")
-        rag = EnterpriseRAG(data_dir=server_dir / "data", settings=load_settings(None, database={"dsn": dsn}))
+        settings = load_settings(args.config, database={"dsn": dsn})
+        rag = EnterpriseRAG(data_dir=server_dir / "data", settings=settings)
         for doc in suite["documents"]:
-            rag.ingest([SCENARIOS / doc["path"]], allowed_groups=doc["allowed_groups"])
+            report = rag.ingest([args.suite / doc["path"]], allowed_groups=doc["allowed_groups"])
+            if report.failed:
+                raise SystemExit(f"ingest failed: {report.failed}")
         rag.providers.generator.complete("Say OK.", max_tokens=2)  # load the model before timing
         by_path: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        seconds, failed = [], []
-        second_opinions: dict[str, int] = defaultdict(int)
-        for case in [] if args.comparisons_only else cases:
+        seconds: list[float] = []
+        rows: list[dict[str, Any]] = []
+        print(f"suite {args.suite} ({suite.get('suite', '')}): {len(cases)} answer cases", flush=True)
+        for case in cases:
             user = Principal(case["user"]["user_id"], case["user"]["groups"])
             t0 = time.perf_counter()
             res = rag.query(case["question"], user=user, history=case.get("history") or None)
@@ -145,35 +224,40 @@ def main() -> None:
             p = res.pipeline
             by_path[path_of(p)].append(p)
             failures = answer_failures(case, res.answer, p, [c.source for c in res.citations])
-            second = second_opinion(rag, res.trace_id, user, bool(p.get("not_found")))
-            second_opinions[second] += 1
-            if failures:
-                failed.append((case["id"], failures, res.answer))
-            print(f"  {case['id']:38} {'ok  ' if not failures else 'FAIL'} {path_of(p):9} {p['decision']:8} "
-                  f"2nd {second:7} "
-                  f"calls {p['llm_calls']:2}  tokens {p['prompt_tokens']:5}+{p['completion_tokens']:4}  "
-                  f"{seconds[-1]:6.1f} s", flush=True)  # fmt: skip
-        if seconds:
-            print(
-                f"\nscenario answer expectations met: {len(cases) - len(failed)}/{len(cases)}; second opinions "
-                f"after a not-found: {second_opinions['kept']} kept, {second_opinions['dropped']} dropped"
-            )
-            for case_id, failures, answer in failed:
-                print(f"  FAIL {case_id}: {failures}\n       answer: {answer[:300]!r}")
+            expects_not_found = bool(case["expect"].get("not_found"))
+            not_found = is_not_found(res.answer, p)
+            rows.append({
+                "id": case["id"], "type": types.get(case["id"], "other"), "ok": not failures,
+                "false_not_found": not_found and not expects_not_found and bool(case["expect"].get(
+                    "answer_contains_all") or case["expect"].get("answer_contains_any")),
+                "false_answer": expects_not_found and not not_found,
+                "citations": citation_counts(res), "failures": failures, "answer": res.answer,
+            })  # fmt: skip
+            print(f"  {case['id']:44} {'ok  ' if not failures else 'FAIL'} {rows[-1]['type']:14} {path_of(p):9} "
+                  f"{p['decision']:8} calls {p['llm_calls']:2}  tokens {p['prompt_tokens']:5}+"
+                  f"{p['completion_tokens']:4}  {seconds[-1]:6.1f} s", flush=True)  # fmt: skip
+        if rows:
+            passed = sum(r["ok"] for r in rows)
+            print(f"\nanswer expectations met: {passed}/{len(rows)} ({passed / len(rows):.0%})")
+            for r in rows:
+                if not r["ok"]:
+                    print(f"  FAIL {r['id']}: {r['failures']}\n       answer: {r['answer'][:300]!r}")
+            type_table(rows)
             print(
                 f"\n{'path':10} {'queries':>8} {'LLM calls':>10} {'prompt tok':>11} {'compl tok':>10} (means per query)"
             )
-            for path, rows in sorted(by_path.items()):
-                print(f"{path:10} {len(rows):8} {statistics.mean(r['llm_calls'] for r in rows):10.1f} "
-                      f"{statistics.mean(r['prompt_tokens'] for r in rows):11.0f} "
-                      f"{statistics.mean(r['completion_tokens'] for r in rows):10.0f}")  # fmt: skip
+            for path, items in sorted(by_path.items()):
+                print(f"{path:10} {len(items):8} {statistics.mean(r['llm_calls'] for r in items):10.1f} "
+                      f"{statistics.mean(r['prompt_tokens'] for r in items):11.0f} "
+                      f"{statistics.mean(r['completion_tokens'] for r in items):10.0f}")  # fmt: skip
             print(
                 f"seconds per query: p50 {statistics.median(seconds):.1f}  p95 {pct(seconds, 0.95):.1f}  "
-                f"({len(seconds)} queries, local model, 2 cores)"
+                f"({len(seconds)} queries, local model, {len(os.sched_getaffinity(0))} cores)"
             )
-        sample = [c for c in cases if c["kind"] == "both"][: args.sample]
-        grading_comparison(rag, sample)
-        prefix_comparison(rag, sample)
+        if args.comparisons:
+            sample = [c for c in cases if c["kind"] == "both"][: args.sample]
+            grading_comparison(rag, sample)
+            prefix_comparison(rag, sample)
         rag.close()
     finally:
         stop_embedded(server_dir)
