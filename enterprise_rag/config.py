@@ -249,12 +249,7 @@ class WorkflowSettings(_Section):
     )
     min_yes: int = Field(1, ge=1, description="Passages graded yes needed to proceed without correction.")
     max_query_rewrites: int = Field(2, ge=0, le=5, description="Rewrite-and-retrieve rounds before web fallback.")
-    second_opinion: bool = Field(
-        True,
-        description="When the generator finds no answer in passages the grader judged relevant, ask it once more "
-        "without the not-found exit; that draft is kept only if every check passes unrevised.",
-    )
-    max_citation_revisions: int = Field(1, ge=0, le=5, description="Revisions after a failed citation check.")
+    max_citation_revisions: int = Field(1, ge=0, le=5, description="Revisions of failed sentences (then dropped).")
     max_hallucination_retries: int = Field(2, ge=0, le=5, description="Revisions after unsupported claims.")
     max_usefulness_retries: int = Field(1, ge=0, le=5, description="Reruns after an answer that misses the question.")
     refine_floor: float = Field(
