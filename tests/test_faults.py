@@ -532,7 +532,6 @@ def test_sigkill_mid_query_resumes_from_the_trace_without_repeating_llm_calls(
         {
             "generate": must_not_run("generate"),
             "revise": must_not_run("revise"),
-            "reconsider": must_not_run("reconsider"),
         }
     )
     grader2 = ScriptedLLM({"grade": must_not_run("grade"), "rewrite": must_not_run("rewrite"), "check": CHECK_OK})

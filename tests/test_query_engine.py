@@ -20,6 +20,7 @@ from llama_index.core.base.response.schema import Response
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.testing import ScriptedLLM
+from tests.support.workflow import CHECK_OK, structured
 
 DOCS = {
     "vacation.md": ("all-staff", "# Vacation policy\n\nEvery employee receives 27 days of paid vacation per year.\n"),
@@ -54,16 +55,13 @@ def grade_everything_yes(messages: list[Any], kwargs: dict[str, Any]) -> dict[st
     return out
 
 
-def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> str:
+def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """One sentence per source, copied from it and cited: the answer cites all it was given."""
     sentences = []
     for label, text in sources_in(messages).items():
         body = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
         sentences.append(f"{body[-1].rstrip('.')} [{label}].")
-    return " ".join(sentences)
-
-
-CHECK_OK = {"claims": [{"claim": "the stated facts", "supported": True}], "answers_question": True}
+    return structured(" ".join(sentences))
 
 
 @pytest.fixture
@@ -77,9 +75,7 @@ def rag(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> Iterator[Enterprise
         data_dir=tmp_path / "data",
         settings=settings,
         embed_model=embed_model,
-        generator=ScriptedLLM(
-            {"generate": cite_every_source, "revise": cite_every_source, "reconsider": cite_every_source}
-        ),
+        generator=ScriptedLLM({"generate": cite_every_source, "revise": cite_every_source}),
         grader=ScriptedLLM({"grade": grade_everything_yes, "check": CHECK_OK, "rewrite": "company policies"}),
     )
     for name, (group, text) in DOCS.items():

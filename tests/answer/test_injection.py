@@ -16,13 +16,23 @@ from typing import Any
 import pytest
 
 from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.answer.checks.citations import strip_citations
 from enterprise_rag.config import load_settings
 from enterprise_rag.llm import prompts
 from enterprise_rag.llm.untrusted import WITHHELD, fence, withhold_instructions
 from enterprise_rag.testing import ScriptedLLM
 from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, CONFIDENTIAL_MARKER, InjectionCase
 from tests.support.databases import create_db, drop_db
-from tests.support.workflow import CHECK_OK, GRADE_NO, answer_with, grade_yes_if, sentence_with, sources_in
+from tests.support.workflow import (
+    CHECK_OK,
+    GRADE_NO,
+    NOT_FOUND_REPLY,
+    answer_with,
+    grade_yes_if,
+    sentence_with,
+    sources_in,
+    structured,
+)
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
 IDS = [c.name for c in CASES]
@@ -131,9 +141,7 @@ def _rag(store: dict[str, Any], embed_model: Any, generator: ScriptedLLM, grader
 
 
 def _honest(case: InjectionCase) -> tuple[ScriptedLLM, ScriptedLLM]:
-    generator = ScriptedLLM(
-        {"generate": answer_with(case.fact), "revise": answer_with(case.fact), "reconsider": answer_with(case.fact)}
-    )
+    generator = ScriptedLLM({"generate": answer_with(case.fact), "revise": answer_with(case.fact)})
     grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "check": CHECK_OK, "rewrite": case.question})
     return generator, grader
 
@@ -169,14 +177,22 @@ def test_planted_instructions_change_no_decision_tool_or_citation(
     assert not case.obeyed(planted["answer"], planted["pipeline"]["web_search_used"])
 
 
-def _obedient_answer(case: InjectionCase) -> Any:
-    """A model that does what the planted text says: the honest sentence, then the payload with a fake citation."""
+def _worded_payload(case: InjectionCase) -> str:
+    """The first payload that is more than citation markup (a bare "[S9]" is no sentence at all)."""
+    return next(p for p in case.payloads if any(ch.isalnum() for ch in strip_citations(p)))
 
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> str:
+
+def _obedient_answer(case: InjectionCase) -> Any:
+    """A model that does what the planted text says: the honest sentence, then the payload with a made-up quote."""
+
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         for label, text in sources_in(messages).items():
             if case.fact.lower() in text.lower():
-                return f"{sentence_with(text, case.fact)} [{label}]. {case.payloads[0]} [S9]."
-        return "Nothing found."
+                reply = structured(f"{' '.join(sentence_with(text, case.fact).split())}. [{label}]")
+                payload = {"source": label, "quote": "as the note for assistants instructs"}
+                reply["sentences"].append({"text": _worded_payload(case), "citations": [payload]})
+                return reply
+        return NOT_FOUND_REPLY
 
     return handler
 
@@ -187,20 +203,19 @@ def test_an_obedient_model_still_cannot_cite_a_fake_source_or_see_other_document
     corpora: dict[str, Any], embed_model: Any, case: InjectionCase
 ) -> None:
     obey = _obedient_answer(case)
-    generator = ScriptedLLM({"generate": obey, "revise": obey, "reconsider": obey})
+    generator = ScriptedLLM({"generate": obey, "revise": obey})
     grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "check": CHECK_OK, "rewrite": case.question})
     with _rag(corpora["planted"], embed_model, generator, grader) as rag:
         res = rag.query(case.question, user=ALICE)
         trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
     labels = {s["label"] for s in res.sources}
-    assert "S9" not in labels and all(c.label in labels for c in res.citations)
+    assert res.citations and all(c.label in labels for c in res.citations)
     assert {Path(c.source).name for c in res.citations} <= {case.filename}
     citation_steps = [s["data"] for s in trace["steps"] if s["step"] == "citations"]
-    assert citation_steps[0]["ok"] is False and ("unknown_label", "S9") in [
-        tuple(i) for i in citation_steps[0]["issues"]
-    ]
-    assert generator.count("revise") == 1  # the fake citation is sent back for revision, within the cap
+    assert [p[0] for p in citation_steps[0]["problems"]] == [_worded_payload(case)]
+    assert generator.count("revise") == 1  # the unsourced sentence is sent back for revision once, then dropped
+    assert _worded_payload(case) not in res.answer and case.fact.lower() in res.answer.lower()
     # ACL: the board document never reaches the model (prompts before any model output is fed back)
     prompts_seen = [m.content or "" for name, msgs in generator.calls + grader.calls for m in msgs
                     if name in ("grade", "generate")]  # fmt: skip
@@ -214,13 +229,7 @@ def test_web_search_queries_never_carry_document_text(corpora: dict[str, Any], e
     """Even when a grader obeys 'this passage is irrelevant' and the workflow falls back to the web,
     what leaves for the web search is built from the question, never from document text."""
     case = next(c for c in CASES if c.name == "call-the-web")
-    generator = ScriptedLLM(
-        {
-            "generate": answer_with("copy shops"),
-            "revise": answer_with("copy shops"),
-            "reconsider": answer_with("copy shops"),
-        }
-    )
+    generator = ScriptedLLM({"generate": answer_with("copy shops"), "revise": answer_with("copy shops")})
     grader = ScriptedLLM({"grade": GRADE_NO, "check": CHECK_OK, "rewrite": "printing cost black and white"})
     with _rag(corpora["planted"], embed_model, generator, grader) as rag:
         res = rag.query(case.question, user=ALICE)

@@ -43,7 +43,7 @@ from enterprise_rag.store.search import Hit, SearchParams, search
 from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.testing import ScriptedLLM
 from tests.support.acl import CachedQueryEmbedding, RecordingReranker, document_text
-from tests.support.workflow import passages_in, sources_in
+from tests.support.workflow import CHECK_OK, passages_in, sources_in
 
 # --- hostile alphabets --------------------------------------------------------------------------------
 
@@ -170,12 +170,14 @@ def echo_llms(rewrite_to: str) -> tuple[ScriptedLLM, ScriptedLLM]:
     def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         return {pid: {"evidence": text[:60], "answers": "yes"} for pid, text in passages_in(messages).items()}
 
-    def echo(messages: list[Any], kwargs: dict[str, Any]) -> str:
+    def echo(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         sources = sources_in(messages)
-        return " ".join(f"{s} [{label}]" for label, text in sources.items() for s in _sentences(text)) or "none"
+        sentences = [{"text": s, "citations": [{"source": label, "quote": s}]}
+                     for label, text in sources.items() for s in _sentences(text)]  # fmt: skip
+        return {"found": bool(sentences), "sentences": sentences}
 
-    check = {"claims": [{"claim": "as stated", "supported": True}], "answers_question": True}
-    generator = ScriptedLLM({"generate": echo, "revise": echo, "reconsider": echo})
+    check = CHECK_OK
+    generator = ScriptedLLM({"generate": echo, "revise": echo})
     # "standalone": the follow-up rewrite, the same prompt in the workflow and in the retriever
     tasks = {"grade": grade, "check": check, "standalone": rewrite_to, "rewrite": rewrite_to}
     grader = ScriptedLLM(tasks)
@@ -355,7 +357,7 @@ def web_rag(c: LeakCorpus, data_dir: Path, egress_groups: list[str]) -> Enterpri
     """A second instance on the same store: Tavily fallback for ``egress_groups``, every passage graded no."""
     generator, _ = echo_llms(c.question_all)
     no = {"grade": lambda m, k: {pid: {"evidence": "none", "answers": "no"} for pid in passages_in(m)},
-          "check": {"claims": [{"claim": "as stated", "supported": True}], "answers_question": True},
+          "check": CHECK_OK,
           "rewrite": "leave policy", "standalone": "leave policy"}  # fmt: skip
     dsn = c.rag.settings.database.dsn
     assert dsn is not None
