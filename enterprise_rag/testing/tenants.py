@@ -92,20 +92,28 @@ def _grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _answer(messages: list[Any], kwargs: dict[str, Any]) -> str:
+def _answer(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The generator's structured draft: the team's code word quoted from the source holding it, or not found."""
     team = _team_of(messages)
     system = messages[0].content or ""
     block = system.split("<sources>\n", 1)[1].rsplit("\n</sources>", 1)[0]
     parts = _SOURCE.split(block)
     for label, text in zip(parts[1::2], parts[2::2], strict=True):
         if team is not None and code_word(team) in text:
-            return f"The code word of team {team} is {code_word(team)} [{label}]."
-    return "I could not find this in the documents you have access to."
+            sentence = f"The code word of team {team} is {code_word(team)}"
+            return {"found": True, "sentences": [{"text": f"{sentence}.",
+                                                  "citations": [{"source": label, "quote": sentence}]}]}  # fmt: skip
+    return {"found": False, "sentences": []}
+
+
+def _check(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Every claim supported: one verdict per claim id the check's schema requires."""
+    required = kwargs["response_format"]["json_schema"]["schema"]["required"]
+    return {key: True if key == "answers_question" else {"supported": True} for key in required}
 
 
 def scripted_llms() -> tuple[ScriptedLLM, ScriptedLLM]:
     """(generator, grader) that answer each team's question from the passages in the prompt."""
-    check = {"claims": [{"claim": "the code word", "supported": True}], "answers_question": True}
-    generator = ScriptedLLM({"generate": _answer, "revise": _answer, "reconsider": _answer})
-    grader = ScriptedLLM({"grade": _grade, "check": check, "rewrite": lambda m, k: "team code word"})
+    generator = ScriptedLLM({"generate": _answer, "revise": _answer})
+    grader = ScriptedLLM({"grade": _grade, "check": _check, "rewrite": lambda m, k: "team code word"})
     return generator, grader
