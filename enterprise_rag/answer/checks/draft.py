@@ -1,8 +1,8 @@
 """A structured answer draft: whether the sources answer, and the answer as sentences with their evidence.
 
 The generator replies in JSON (:func:`enterprise_rag.llm.prompts.answer_schema`):
-``found``, then ``sentences``, each with the labels of the sources it comes from and,
-per label, a quote copied from that source. Code reads the not-found signal from
+``found``, then ``sentences``, each the label of the source it comes from, a quote
+copied from that source, and the sentence itself. Code reads the not-found signal from
 ``found`` and never from the wording of the answer, checks every quote
 (:mod:`enterprise_rag.answer.checks.verification`), and renders what survives as
 the ``[S1]``-cited text users see.
@@ -53,10 +53,8 @@ class Draft:
         sentences = []
         for item in reply.get("sentences") or []:
             text = _LIST_MARKER.sub("", strip_citations(str(item.get("text", ""))).strip())
-            quotes = tuple(
-                Quote(str(c.get("source", "")).strip().upper(), str(c.get("quote", "")).strip())
-                for c in item.get("citations") or []
-            )
+            label, quote = str(item.get("source", "")).strip().upper(), str(item.get("quote", "")).strip()
+            quotes = (Quote(label, quote),) if label else ()
             if any(ch.isalnum() for ch in text):
                 sentences.append(Sentence(text, quotes))
         return cls(bool(reply.get("found")), tuple(sentences))
@@ -78,8 +76,7 @@ class Draft:
             {
                 "found": self.found,
                 "sentences": [
-                    {"text": s.text, "citations": [{"source": q.label, "quote": q.text} for q in s.quotes]}
-                    for s in self.sentences
+                    {"source": q.label, "quote": q.text, "text": s.text} for s in self.sentences for q in s.quotes[:1]
                 ],
             },
             ensure_ascii=False,
