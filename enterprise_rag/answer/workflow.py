@@ -274,7 +274,7 @@ class AnswerWorkflow(Workflow):
             else:
                 name, messages = "generate", prompts.generate_messages(ev.sources, ev.question)
             reply = await s.run.caller.acall("generator", name, messages, max_tokens=self._cfg.answer_max_tokens,
-                                             schema=prompts.answer_schema([x.label for x in ev.sources]))  # fmt: skip
+                                             schema=prompts.answer_schema())  # fmt: skip
             s.draft = Draft.from_reply(reply)
             s.answer = s.draft.render()
             _record(ctx, s, "generate", t0, revision=bool(ev.feedback), feedback=ev.feedback,

@@ -1,11 +1,10 @@
 """A structured answer draft: whether the sources answer, and the answer as sentences with their evidence.
 
 The generator replies in JSON (:func:`enterprise_rag.llm.prompts.answer_schema`):
-``found``, then ``sentences``, each the label of the source it comes from, a quote
-copied from that source, and the sentence itself. Code reads the not-found signal from
-``found`` and never from the wording of the answer, checks every quote
-(:mod:`enterprise_rag.answer.checks.verification`), and renders what survives as
-the ``[S1]``-cited text users see.
+``found``, then the answer with ``[S1]``-style labels after its sentences. Code reads
+the not-found signal from ``found`` and never from the wording of the answer, finds
+and checks the evidence of every sentence in the sources it cites
+(:mod:`enterprise_rag.answer.checks.verification`), and renders what survives.
 """
 
 from __future__ import annotations
@@ -15,14 +14,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from enterprise_rag.answer.checks.citations import strip_citations
+from enterprise_rag.answer.checks.citations import cited_labels, split_sentences, strip_citations
 
 _LIST_MARKER = re.compile(r"^(?:[-*+\u2022]|\d{1,3}[.)])\s+")
 
 
 @dataclass(frozen=True)
 class Quote:
-    """Words the generator says it copied from source ``label``."""
+    """The evidence of a sentence in source ``label``: the passage of it that supports the sentence."""
 
     label: str
     text: str
@@ -49,14 +48,13 @@ class Draft:
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Draft:
-        """The draft of a schema-checked generator reply; sentences with no words are left out."""
+        """The draft of a schema-checked generator reply: its sentences and the labels each cites (their
+        quotes are found in code); sentences with no words are left out."""
         sentences = []
-        for item in reply.get("sentences") or []:
-            text = _LIST_MARKER.sub("", strip_citations(str(item.get("text", ""))).strip())
-            label, quote = str(item.get("source", "")).strip().upper(), str(item.get("quote", "")).strip()
-            quotes = (Quote(label, quote),) if label else ()
+        for unit in split_sentences(str(reply.get("answer") or "")):
+            text = _LIST_MARKER.sub("", strip_citations(unit)).strip()
             if any(ch.isalnum() for ch in text):
-                sentences.append(Sentence(text, quotes))
+                sentences.append(Sentence(text, tuple(Quote(label, "") for label in cited_labels(unit))))
         return cls(bool(reply.get("found")), tuple(sentences))
 
     @property
@@ -72,15 +70,7 @@ class Draft:
 
     def to_json(self) -> str:
         """The draft as the generator's JSON (for a revision prompt)."""
-        return json.dumps(
-            {
-                "found": self.found,
-                "sentences": [
-                    {"source": q.label, "quote": q.text, "text": s.text} for s in self.sentences for q in s.quotes[:1]
-                ],
-            },
-            ensure_ascii=False,
-        )
+        return json.dumps({"found": self.found, "answer": self.render()}, ensure_ascii=False)
 
     def keep(self, sentences: list[Sentence]) -> Draft:
         return Draft(self.found, tuple(sentences))

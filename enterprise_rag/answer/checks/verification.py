@@ -1,18 +1,22 @@
-"""Verifying a structured draft in code, strictly, before any model checks it.
+"""Verifying a draft in code, strictly, before any model checks it.
 
-A sentence is kept only when all of these hold:
+Each sentence of the draft is checked against the sources it cites:
 
-* it cites at least one source, by a label that exists;
-* each quote is evidence (at least ``MIN_QUOTE_WORDS`` words) and is found in the source it cites,
-  compared on words (case, whitespace, quote marks, dashes and Markdown markup do not matter); a quote
-  found in another source instead moves the citation there, since the quote shows where it came from;
-  a quote found nowhere is removed, and a sentence with no quote left fails;
+* a sentence that states something cites at least one source that exists; one with no label whose
+  content words are (almost) all in one source is attributed to that source, since it was copied
+  from it (a reporting frame such as "The sources state that" is not part of the copy);
+* its evidence is found in each cited source: at least ``MIN_SHARE`` of the sentence's content words
+  are in that source (rewording keeps most words of what it restates), and the evidence quoted is the
+  source sentence sharing the most of them. A sentence its cited source does not hold but another
+  source does (``REATTRIBUTE_SHARE``) is moved to that source;
 * every number and identifier (a token mixing letters and digits) of the sentence appears in one of
   its verified sources or in the question (the user's own words may be repeated); identifiers are
   compared without their punctuation and spacing ("KV 12" is "kv-12"), from a word start.
 
-A failing sentence is sent back for one revision with the reasons (:meth:`Verification.feedback`),
-then dropped. A draft with no sentence left is a not-found.
+A sentence that states nothing (fewer than ``MIN_TERMS`` content words and no number, or a line
+introducing a list) needs no source. A failing sentence is sent back for one revision with the
+reasons (:meth:`Verification.feedback`), then dropped; a draft with no cited sentence left is a
+not-found.
 """
 
 from __future__ import annotations
@@ -22,26 +26,28 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from enterprise_rag.answer.checks.citations import split_sentences
 from enterprise_rag.answer.checks.draft import Draft, Quote, Sentence
 from enterprise_rag.answer.checks.numbers import numbers
-from enterprise_rag.text import identifiers
+from enterprise_rag.text import identifiers, terms
 
-MIN_QUOTE_WORDS = 3
+MIN_SHARE = 0.5
+REATTRIBUTE_SHARE = 0.8
+MIN_TERMS = 3
 _DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"), "-")
 _APOSTROPHES = dict.fromkeys(map(ord, "\u2018\u2019\u201a\u201b\u2032`"), "'")
 _WORD = re.compile(r"[^\W_]+(?:['.,:/-][^\W_]+)*")
+_REPORTING_FRAME = re.compile(
+    r"^\s*(?:according\s+to\s+(?:the\s+)?(?:sources?|documents?)\s*,\s*"
+    r"|(?:the\s+)?(?:sources?|documents?)\s+(?:state|say|mention|note|explain)s?\s+(?:that\s+)?)",
+    re.IGNORECASE,
+)
 
 
 def word_sequence(text: str) -> str:
-    """``text`` as its words, lower case, single-spaced and padded: what quotes are compared on."""
+    """``text`` as its words, lower case, single-spaced and padded: how evidence is compared to a source."""
     text = unicodedata.normalize("NFKC", text).translate(_DASHES).translate(_APOSTROPHES).casefold()
     return f" {' '.join(_WORD.findall(text))} "
-
-
-def quote_found(quote: str, source: str) -> bool:
-    """Whether ``quote`` is an evidence-sized run of words of ``source``."""
-    words = word_sequence(quote)
-    return len(words.split()) >= MIN_QUOTE_WORDS and words in word_sequence(source)
 
 
 @dataclass(frozen=True)
@@ -54,11 +60,10 @@ class Problem:
 
 @dataclass(frozen=True)
 class Verification:
-    kept: Draft  # the sentences that passed, with their verified quotes only
+    kept: Draft  # the sentences that passed, each with its evidence
     problems: tuple[Problem, ...]
-    relabelled: int  # quotes moved to the source that holds them
-    quotes: int  # quotes in the draft
-    quotes_found: int  # of them, found in the source they cite
+    attributed: int  # uncited sentences given the source they were copied from
+    relabelled: int  # citations moved to the source that holds the sentence
 
     def feedback(self) -> str:
         """Lines for the revision prompt (empty when every sentence passed)."""
@@ -67,17 +72,26 @@ class Verification:
     def to_trace(self) -> dict[str, object]:
         return {
             "sentences": len(self.kept.sentences) + len(self.problems), "kept": len(self.kept.sentences),
-            "quotes": self.quotes, "quotes_found": self.quotes_found, "relabelled": self.relabelled,
+            "attributed": self.attributed, "relabelled": self.relabelled,
             "problems": [(p.sentence.text, list(p.reasons)) for p in self.problems],
         }  # fmt: skip
 
 
-def _place(quote: Quote, sources: Mapping[str, str]) -> tuple[Quote | None, bool]:
-    """The quote with the label of the source holding it (its own first), and whether it moved."""
-    if quote.label in sources and quote_found(quote.text, sources[quote.label]):
-        return quote, False
-    holder = next((label for label, text in sources.items() if quote_found(quote.text, text)), None)
-    return (Quote(holder, quote.text), True) if holder is not None else (None, False)
+def _share(words: set[str], source: str) -> float:
+    return len(words & set(terms(source))) / len(words) if words else 0.0
+
+
+def _evidence(words: set[str], source: str, limit: int = 300) -> str:
+    """The sentence of ``source`` sharing the most content words with the answer sentence."""
+    best = max(split_sentences(source) or [source], key=lambda s: len(words & set(terms(s))))
+    return " ".join(best.split())[:limit]
+
+
+def _holder(words: set[str], sources: Mapping[str, str]) -> str | None:
+    """The source holding at least ``REATTRIBUTE_SHARE`` of ``words``, the best one if several do."""
+    scores = {label: _share(words, text) for label, text in sources.items()}
+    label = max(scores, key=lambda k: scores[k], default=None)
+    return label if label is not None and scores[label] >= REATTRIBUTE_SHARE else None
 
 
 def _compact(text: str) -> tuple[str, set[int]]:
@@ -111,38 +125,49 @@ def _unknown_values(sentence: str, cited: list[str], question: str) -> list[str]
     return sorted(numbers(plain) - known) + sorted(i for i in codes if not _named_in(i, [*cited, question]))
 
 
+def states_nothing(text: str) -> bool:
+    """A line introducing a list, or too few content words and no number to state a fact."""
+    return text.rstrip().endswith(":") or (len(set(terms(text))) < MIN_TERMS and not re.search(r"\d", text))
+
+
 def verify_draft(draft: Draft, sources: Mapping[str, str], question: str) -> Verification:
     """Check every sentence of ``draft`` against ``sources`` (label -> text) and the ``question``."""
     kept: list[Sentence] = []
     problems: list[Problem] = []
-    relabelled = total = found = 0
+    attributed = relabelled = 0
     for sentence in draft.sentences:
-        reasons: list[str] = []
-        quotes: list[Quote] = []
-        for quote in sentence.quotes:
-            total += 1
-            placed, moved = _place(quote, sources)
-            if placed is None:
-                if quote.label not in sources:
-                    reason = "is not from a numbered source"
-                elif len(word_sequence(quote.text).split()) < MIN_QUOTE_WORDS:
-                    reason = f"is too short to be evidence (at least {MIN_QUOTE_WORDS} words)"
-                else:
-                    reason = f"is not in {quote.label}"
-                reasons.append(f'the quote "{quote.text[:100]}" {reason}')
+        words = set(terms(_REPORTING_FRAME.sub("", sentence.text)))
+        labels = [q.label for q in sentence.quotes]
+        if not labels:
+            if states_nothing(sentence.text):
+                kept.append(sentence)
                 continue
-            found += not moved
-            relabelled += moved
-            if placed not in quotes:
-                quotes.append(placed)
-        if quotes:
-            cited = [sources[label] for label in dict.fromkeys(q.label for q in quotes)]
-            missing = _unknown_values(sentence.text, cited, question)
+            holder = _holder(words, sources)
+            if holder is None:
+                problems.append(Problem(sentence, ("it cites no source; add the label of the source it comes from",)))
+                continue
+            labels, attributed = [holder], attributed + 1
+        reasons: list[str] = []
+        verified: list[str] = []
+        for label in labels:
+            if label not in sources:
+                reasons.append(f"[{label}] is not one of the numbered sources")
+            elif len(words) < MIN_TERMS or _share(words, sources[label]) >= MIN_SHARE:
+                verified.append(label)
+            elif (holder := _holder(words, sources)) is not None:
+                verified.append(holder)
+                relabelled += 1
+            else:
+                reasons.append(f"it is not what [{label}] says; state only what the source says")
+        verified = list(dict.fromkeys(verified))
+        if verified:
+            missing = _unknown_values(sentence.text, [sources[label] for label in verified], question)
             if not missing:
-                kept.append(Sentence(sentence.text, tuple(quotes)))
+                quotes = tuple(Quote(label, _evidence(words, sources[label])) for label in verified)
+                kept.append(Sentence(sentence.text, quotes))
                 continue
             reasons = [f"{', '.join(missing)} is in none of its cited sources"]
-        else:
-            reasons.append("no quote of it is found in a cited source; copy the words of the source exactly")
         problems.append(Problem(sentence, tuple(reasons)))
-    return Verification(draft.keep(kept), tuple(problems), relabelled, total, found)
+    if not any(s.quotes for s in kept):
+        kept = []  # connecting words alone are no answer
+    return Verification(draft.keep(kept), tuple(problems), attributed, relabelled)
