@@ -20,7 +20,7 @@ from llama_index.core.base.response.schema import Response
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.testing import ScriptedLLM
-from tests.support.workflow import CHECK_OK, structured
+from tests.support.workflow import CHECK_OK
 
 DOCS = {
     "vacation.md": ("all-staff", "# Vacation policy\n\nEvery employee receives 27 days of paid vacation per year.\n"),
@@ -55,13 +55,13 @@ def grade_everything_yes(messages: list[Any], kwargs: dict[str, Any]) -> dict[st
     return out
 
 
-def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> str:
     """One sentence per source, copied from it and cited: the answer cites all it was given."""
     sentences = []
     for label, text in sources_in(messages).items():
         body = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
         sentences.append(f"{body[-1].rstrip('.')} [{label}].")
-    return structured(" ".join(sentences))
+    return " ".join(sentences)
 
 
 @pytest.fixture

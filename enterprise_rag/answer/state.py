@@ -31,6 +31,7 @@ class RunState(BaseModel):
     sources: list[Source] = Field(default_factory=list)
     answer: str = ""
     draft: Draft | None = None  # the current draft; after the checks, only what they kept
+    kept_before: Draft | None = None  # the verified sentences of a draft sent back for a citation revision
     rewrites: int = 0
     citation_revisions: int = 0
     hallucination_retries: int = 0

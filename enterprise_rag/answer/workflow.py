@@ -270,12 +270,11 @@ class AnswerWorkflow(Workflow):
         async with ctx.store.edit_state() as s:
             if ev.feedback and ev.draft is not None:
                 name = "revise"
-                messages = prompts.revise_messages(ev.sources, ev.question, ev.draft.to_json(), ev.feedback)
+                messages = prompts.revise_messages(ev.sources, ev.question, ev.draft.render(), ev.feedback)
             else:
                 name, messages = "generate", prompts.generate_messages(ev.sources, ev.question)
-            reply = await s.run.caller.acall("generator", name, messages, max_tokens=self._cfg.answer_max_tokens,
-                                             schema=prompts.answer_schema())  # fmt: skip
-            s.draft = Draft.from_reply(reply)
+            reply = await s.run.caller.acall("generator", name, messages, max_tokens=self._cfg.answer_max_tokens)
+            s.draft = Draft.from_reply(str(reply))
             s.answer = s.draft.render()
             _record(ctx, s, "generate", t0, revision=bool(ev.feedback), feedback=ev.feedback,
                     found=s.draft.found, answer=s.answer)  # fmt: skip
@@ -288,8 +287,11 @@ class AnswerWorkflow(Workflow):
     ) -> Generate | CitationsChecked | Rewrite | WebFallback | StopEvent:
         t0 = time.perf_counter()
         async with ctx.store.edit_state() as s:
+            before, s.kept_before = s.kept_before, None  # what passed before a citation revision, if any
             if ev.draft.not_found:
-                _record(ctx, s, "citations", t0, not_found=True)
+                _record(ctx, s, "citations", t0, not_found=True, kept_before=len(before.sentences) if before else 0)
+                if before is not None and before.sentences:  # a revision that gives up loses no verified sentence
+                    return self._checked(s, before)
                 return self._generator_found_nothing(s)  # the generator is the last relevance judge
             sources = {x.label: x.text for x in s.sources}
             # The question's words may be repeated without a source, a follow-up's as asked and as rewritten.
@@ -299,15 +301,20 @@ class AnswerWorkflow(Workflow):
             _record(ctx, s, "citations", t0, **checked.to_trace(), unanswered=unanswered)
             if (checked.problems or unanswered) and s.citation_revisions < self._cfg.max_citation_revisions:
                 s.citation_revisions += 1
+                s.kept_before = checked.kept
                 left_out = [f"- The answer does not address: {part} Add what the sources say about it."
                             for part in unanswered]  # fmt: skip
                 feedback = "\n".join([checked.feedback(), *left_out]).strip()
                 return Generate(sources=s.sources, question=s.answered, feedback=feedback, draft=ev.draft)
-            s.draft = checked.kept
-            s.answer = s.draft.render()
-            if not s.draft.sentences:
+            kept = checked.kept if checked.kept.sentences or before is None else before
+            if not kept.sentences:
                 return self._generator_found_nothing(s)
-            return CitationsChecked(draft=s.draft)
+            return self._checked(s, kept)
+
+    @staticmethod
+    def _checked(s: RunState, draft: Draft) -> CitationsChecked:
+        s.draft, s.answer = draft, draft.render()
+        return CitationsChecked(draft=draft)
 
     def _generator_found_nothing(self, s: RunState) -> Rewrite | WebFallback | StopEvent:
         if s.basis not in s.not_found_from:

@@ -19,6 +19,7 @@ from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.answer.checks.citations import strip_citations
 from enterprise_rag.config import load_settings
 from enterprise_rag.llm import prompts
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.llm.untrusted import WITHHELD, fence, withhold_instructions
 from enterprise_rag.testing import ScriptedLLM
 from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, CONFIDENTIAL_MARKER, InjectionCase
@@ -26,12 +27,10 @@ from tests.support.databases import create_db, drop_db
 from tests.support.workflow import (
     CHECK_OK,
     GRADE_NO,
-    NOT_FOUND_REPLY,
     answer_with,
     grade_yes_if,
     sentence_with,
     sources_in,
-    structured,
 )
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
@@ -183,16 +182,14 @@ def _worded_payload(case: InjectionCase) -> str:
 
 
 def _obedient_answer(case: InjectionCase) -> Any:
-    """A model that does what the planted text says: the honest sentence, then the payload with a made-up quote."""
+    """A model that does what the planted text says: the honest sentence, then the payload with a fake citation."""
 
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> str:
         for label, text in sources_in(messages).items():
             if case.fact.lower() in text.lower():
-                reply = structured(f"{' '.join(sentence_with(text, case.fact).split())}. [{label}]")
-                payload = {"source": label, "quote": "as the note for assistants instructs"}
-                reply["sentences"].append({"text": _worded_payload(case), "citations": [payload]})
-                return reply
-        return NOT_FOUND_REPLY
+                honest = " ".join(sentence_with(text, case.fact).split())
+                return f"{honest}. [{label}]\n{_worded_payload(case)} [S9]"
+        return NOT_FOUND_ANSWER
 
     return handler
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from enterprise_rag import Principal
-from enterprise_rag.answer.checks.citations import cited_labels, split_sentences, strip_citations
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.testing import ScriptedLLM
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
@@ -83,28 +83,14 @@ def grade_all(answers: str, evidence: str) -> Handler:
 GRADE_NO = grade_all("no", "none")
 
 
-NOT_FOUND_REPLY: dict[str, Any] = {"found": False, "sentences": []}
-
-
-def structured(text: str, *, found: bool = True) -> dict[str, Any]:
-    """The generator's JSON for an answer written as ``[S1]``-cited text: each sentence cites its labels,
-    quoting itself (so a sentence copied from its source verifies)."""
-    sentences = []
-    for sentence in split_sentences(text):
-        quote = strip_citations(sentence).rstrip(".")
-        citations = [{"source": label, "quote": quote} for label in cited_labels(sentence)]
-        sentences.append({"text": strip_citations(sentence), "citations": citations})
-    return {"found": found, "sentences": sentences}
-
-
 def answer_with(keyword: str) -> Handler:
-    """Answer with the sentence of the first source holding ``keyword``, cited; else not found."""
+    """Answer with the sentence of the first source holding ``keyword``, cited; else the not-found reply."""
 
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> str:
         for label, text in sources_in(messages).items():
             if keyword.lower() in text.lower():
-                return structured(f"{sentence_with(text, keyword)}. [{label}]")
-        return NOT_FOUND_REPLY
+                return f"{sentence_with(text, keyword)}. [{label}]"
+        return NOT_FOUND_ANSWER
 
     return handler
 
@@ -132,10 +118,6 @@ def must_not_run(name: str) -> Handler:
     return handler
 
 
-def _as_draft(reply: Any) -> Any:
-    return structured(reply) if isinstance(reply, str) else reply
-
-
 # ---- fixtures ---------------------------------------------------------------------------------------------
 def write_docs(folder: Path, docs: dict[str, str]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
@@ -147,10 +129,9 @@ def write_docs(folder: Path, docs: dict[str, str]) -> Path:
 def llms(
     grade: Any = None, generate: Any = None, check: Any = CHECK_OK, **more: Any
 ) -> tuple[ScriptedLLM, ScriptedLLM]:
-    """(generator, grader) with the usual handlers; ``more`` adds grader tasks (rewrite, standalone) and revise.
-    A generate or revise reply given as ``[S1]``-cited text is sent as the structured draft of that text."""
-    generate = _as_draft(generate or answer_with(FACT))
-    gen_handlers = {"generate": generate, "revise": _as_draft(more.pop("revise", answer_with(FACT)))}
+    """(generator, grader) with the usual handlers; ``more`` adds grader tasks (rewrite, standalone) and revise."""
+    generate = generate or answer_with(FACT)
+    gen_handlers = {"generate": generate, "revise": more.pop("revise", answer_with(FACT))}
     grader_handlers = {"grade": grade or grade_yes_if(FACT), "check": check,
                        "rewrite": "paid vacation days per calendar year", **more}  # fmt: skip
     return ScriptedLLM(gen_handlers), ScriptedLLM(grader_handlers)

@@ -1,20 +1,27 @@
 """A structured answer draft: whether the sources answer, and the answer as sentences with their evidence.
 
-The generator replies in JSON (:func:`enterprise_rag.llm.prompts.answer_schema`):
-``found``, then the answer with ``[S1]``-style labels after its sentences. Code reads
-the not-found signal from ``found`` and never from the wording of the answer, finds
-and checks the evidence of every sentence in the sources it cites
-(:mod:`enterprise_rag.answer.checks.verification`), and renders what survives.
+The generator replies with the answer, ``[S1]``-style labels after its sentences, or
+with exactly the not-found answer. That whole reply is the not-found signal: no
+phrase inside an answer is ("You don't have to ..." is a cited fact like any other).
+Code finds and checks the evidence of every sentence in the sources it cites
+(:mod:`enterprise_rag.answer.checks.verification`) and renders what survives.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from enterprise_rag.answer.checks.citations import cited_labels, split_sentences, strip_citations
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
+
+_BARE = re.compile(r"[\W_]+")
+
+
+def _bare(text: str) -> str:
+    """Letters and digits only, lower case: the not-found reply with or without its quotes and period."""
+    return _BARE.sub(" ", text.casefold()).strip()
+
 
 _LIST_MARKER = re.compile(r"^(?:[-*+\u2022]|\d{1,3}[.)])\s+")
 
@@ -47,15 +54,18 @@ class Draft:
     sentences: tuple[Sentence, ...] = field(default_factory=tuple)
 
     @classmethod
-    def from_reply(cls, reply: dict[str, Any]) -> Draft:
-        """The draft of a schema-checked generator reply: its sentences and the labels each cites (their
-        quotes are found in code); sentences with no words are left out."""
+    def from_reply(cls, reply: str) -> Draft:
+        """The draft of a generator reply: not found when the reply is the not-found answer itself (the whole
+        reply, not a phrase inside it); else its sentences and the labels each cites (their evidence is
+        found in code). Sentences with no words are left out."""
+        if _bare(reply) == _bare(NOT_FOUND_ANSWER):
+            return cls(False)
         sentences = []
-        for unit in split_sentences(str(reply.get("answer") or "")):
+        for unit in split_sentences(reply):
             text = _LIST_MARKER.sub("", strip_citations(unit)).strip()
             if any(ch.isalnum() for ch in text):
                 sentences.append(Sentence(text, tuple(Quote(label, "") for label in cited_labels(unit))))
-        return cls(bool(reply.get("found")), tuple(sentences))
+        return cls(True, tuple(sentences))
 
     @property
     def not_found(self) -> bool:
@@ -63,14 +73,11 @@ class Draft:
         return not self.found or not self.sentences
 
     def render(self) -> str:
-        """The answer text: one sentence per line when it is a list of many short items, else a paragraph."""
-        parts = [s.render() for s in self.sentences]
-        listed = len(parts) >= 4 and all(len(s.text) <= 160 for s in self.sentences)
-        return "\n".join(f"- {p}" for p in parts) if listed else " ".join(parts)
-
-    def to_json(self) -> str:
-        """The draft as the generator's JSON (for a revision prompt)."""
-        return json.dumps({"found": self.found, "answer": self.render()}, ensure_ascii=False)
+        """The answer text: many short sentences as a list (after the line introducing it), else a paragraph."""
+        items = [s for s in self.sentences if not s.text.endswith(":")]
+        if len(items) < 4 or any(len(s.text) > 160 for s in items):
+            return " ".join(s.render() for s in self.sentences)
+        return "\n".join(s.render() if s.text.endswith(":") else f"- {s.render()}" for s in self.sentences)
 
     def keep(self, sentences: list[Sentence]) -> Draft:
         return Draft(self.found, tuple(sentences))
