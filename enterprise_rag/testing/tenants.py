@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.principal import Principal
 from enterprise_rag.testing.fake_llm import ScriptedLLM
 
@@ -92,18 +93,16 @@ def _grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _answer(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The generator's structured draft: the team's code word quoted from the source holding it, or not found."""
+def _answer(messages: list[Any], kwargs: dict[str, Any]) -> str:
+    """The team's code word, cited to the source holding it, or the not-found answer."""
     team = _team_of(messages)
     system = messages[0].content or ""
     block = system.split("<sources>\n", 1)[1].rsplit("\n</sources>", 1)[0]
     parts = _SOURCE.split(block)
     for label, text in zip(parts[1::2], parts[2::2], strict=True):
         if team is not None and code_word(team) in text:
-            sentence = f"The code word of team {team} is {code_word(team)}"
-            return {"found": True, "sentences": [{"text": f"{sentence}.",
-                                                  "citations": [{"source": label, "quote": sentence}]}]}  # fmt: skip
-    return {"found": False, "sentences": []}
+            return f"The code word of team {team} is {code_word(team)}. [{label}]"
+    return NOT_FOUND_ANSWER
 
 
 def _check(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -170,11 +170,9 @@ def echo_llms(rewrite_to: str) -> tuple[ScriptedLLM, ScriptedLLM]:
     def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         return {pid: {"evidence": text[:60], "answers": "yes"} for pid, text in passages_in(messages).items()}
 
-    def echo(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def echo(messages: list[Any], kwargs: dict[str, Any]) -> str:
         sources = sources_in(messages)
-        sentences = [{"text": s, "citations": [{"source": label, "quote": s}]}
-                     for label, text in sources.items() for s in _sentences(text)]  # fmt: skip
-        return {"found": bool(sentences), "sentences": sentences}
+        return "\n".join(f"{s} [{label}]" for label, text in sources.items() for s in _sentences(text)) or "none"
 
     check = CHECK_OK
     generator = ScriptedLLM({"generate": echo, "revise": echo})
