@@ -14,8 +14,8 @@ negative fact, false premise, unanswerable, permission, injection, paraphrase):
   found in their cited sources.
 
 Then LLM calls and tokens per query by path (proceed / fallback / revised) and seconds per query p50/p95.
-``--comparisons`` adds the saving of one batched grading call against one call per passage, and of the shared
-prompt prefix (generation -> check) against a cold KV cache.
+``--comparisons`` adds the saving of the shared prompt prefix (generation -> check) against a cold KV cache
+(grading is measured by benchmarks/grading.py).
 
     .venv/bin/python benchmarks/answer.py [--suite ../shared/scenarios-dev] [--limit N] [--cases id1,id2]
 """
@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 from _common import SHARED, fresh_database, temp_data_dir
-from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.llms import ChatMessage
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.answer.checks.citations import cited_labels, split_sentences, strip_citations
@@ -43,7 +43,6 @@ from enterprise_rag.answer.checks.numbers import numbers
 from enterprise_rag.answer.sources import corpus_sources
 from enterprise_rag.config import load_settings
 from enterprise_rag.llm import prompts
-from enterprise_rag.retrieval.windows import focus
 from enterprise_rag.store.embedded import start_embedded, stop_embedded
 from enterprise_rag.text import terms
 
@@ -69,33 +68,6 @@ def timed_chat(llm: Any, messages: list[ChatMessage], **kwargs: Any) -> tuple[fl
     response = llm.chat(messages, **kwargs)
     raw = response.raw if isinstance(response.raw, dict) else {}
     return time.perf_counter() - t0, raw
-
-
-def grading_comparison(rag: EnterpriseRAG, cases: list[dict[str, Any]]) -> None:
-    llm = rag.providers.grader
-    batched_s = single_s = 0.0
-    batched_tok = single_tok = 0
-    for case in cases:
-        user = Principal(case["user"]["user_id"], case["user"]["groups"])
-        nodes = rag.retrieve(case["question"], user=user, top_k=5)
-        passages = [(f"P{i}", focus(case["question"], n.node.get_content(), 700)) for i, n in enumerate(nodes, 1)]
-        ids = [p for p, _ in passages]
-        fmt = {"type": "json_schema", "json_schema": {"name": "grade", "schema": prompts.grade_schema(ids)}}
-        timed_chat(llm, [ChatMessage(role=MessageRole.USER, content="Say OK.")], max_tokens=2)  # evict the cache
-        s, raw = timed_chat(llm, prompts.grade_messages(case["question"], passages), max_tokens=240,
-                            response_format=fmt)  # fmt: skip
-        batched_s += s
-        batched_tok += sum(raw.get("usage", {}).get(k, 0) for k in ("prompt_tokens", "completion_tokens"))
-        for pid, text in passages:
-            one = {"type": "json_schema", "json_schema": {"name": "grade", "schema": prompts.grade_schema([pid])}}
-            s, raw = timed_chat(llm, prompts.grade_messages(case["question"], [(pid, text)]), max_tokens=60,
-                                response_format=one)  # fmt: skip
-            single_s += s
-            single_tok += sum(raw.get("usage", {}).get(k, 0) for k in ("prompt_tokens", "completion_tokens"))
-    n = len(cases)
-    print(f"\ngrading, {n} questions x 5 passages: batched {batched_s / n:.1f} s and {batched_tok / n:.0f} tokens "
-          f"per question; one call per passage {single_s / n:.1f} s and {single_tok / n:.0f} tokens "
-          f"-> batched saves {1 - batched_s / single_s:.0%} of the time")  # fmt: skip
 
 
 def prefix_comparison(rag: EnterpriseRAG, cases: list[dict[str, Any]]) -> None:
@@ -199,8 +171,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N answer cases")
     parser.add_argument("--cases", default="", help="comma-separated case ids (default: every answer case)")
     parser.add_argument("--config", type=Path, default=None, help="settings file (default: the built-in defaults)")
-    parser.add_argument("--comparisons", action="store_true", help="also time batched grading and prefix reuse")
-    parser.add_argument("--sample", type=int, default=4, help="questions for the grading / prefix comparisons")
+    parser.add_argument("--comparisons", action="store_true", help="also time prefix reuse")
+    parser.add_argument("--sample", type=int, default=4, help="questions for the prefix comparison")
     args = parser.parse_args()
     suite_text = (args.suite / "scenarios.yaml").read_text()
     suite, types = yaml.safe_load(suite_text), failure_types(suite_text)
@@ -262,7 +234,6 @@ def main() -> None:
             )
         if args.comparisons:
             sample = [c for c in cases if c["kind"] == "both"][: args.sample]
-            grading_comparison(rag, sample)
             prefix_comparison(rag, sample)
         rag.close()
     finally:

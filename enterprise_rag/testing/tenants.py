@@ -17,10 +17,9 @@ from typing import Any
 
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.principal import Principal
-from enterprise_rag.testing.fake_llm import ScriptedLLM
+from enterprise_rag.testing.fake_llm import ScriptedLLM, TokenProbabilities, yes_probability
 
 _TEAM = re.compile(r"team (\d+)\b", re.I)
-_PASSAGE = re.compile(r"(?m)^\[(P\d+)\]\n")
 _SOURCE = re.compile(r"(?m)^\[(S\d+)\] \([^\n]*\n")
 
 
@@ -78,19 +77,12 @@ def _team_of(messages: list[Any]) -> int | None:
     return None
 
 
-def _grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def _grade(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
+    """A certain yes for a passage holding the asking team's code word, else a certain no."""
     team = _team_of(messages)
     body = messages[-1].content or ""
-    block = body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]
-    parts = _PASSAGE.split(block)
-    out = {}
-    for pid, text in zip(parts[1::2], parts[2::2], strict=True):
-        hit = team is not None and code_word(team) in text
-        out[pid] = {
-            "evidence": code_word(team) if hit and team is not None else "none",
-            "answers": "yes" if hit else "no",
-        }
-    return out
+    passage = body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]
+    return yes_probability(1.0 if team is not None and code_word(team) in passage else 0.0)
 
 
 def _answer(messages: list[Any], kwargs: dict[str, Any]) -> str:

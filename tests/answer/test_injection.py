@@ -51,10 +51,9 @@ def test_planted_text_cannot_add_sources_or_close_the_blocks(case: InjectionCase
     assert re.findall(r"(?m)^\[(S\d+)\] \(", system) == ["S1", "S2"]
     assert system.index("</sources>") > system.index("An honest passage.")
 
-    grade = prompts.grade_messages(case.question, [("P1", case.document()), ("P2", "An honest passage.")])
-    body = grade[-1].content or ""
+    body = prompts.grade_messages(case.question, case.document())[-1].content or ""
     assert body.count("<passages>") == 1 and body.count("</passages>") == 1
-    assert re.findall(r"(?m)^\[(P\d+)\]$", body) == ["P1", "P2"]
+    assert body.index("</passages>") > body.index(case.fact_section)
 
 
 def test_fence_defuses_only_structure() -> None:
@@ -69,7 +68,7 @@ def test_text_addressed_to_the_model_never_reaches_a_prompt() -> None:
     prompts_seen = {}
     for case in CASES:
         sources = [_source("S1", case.document())]
-        grade = prompts.grade_messages(case.question, [("P1", case.document())])[-1].content or ""
+        grade = prompts.grade_messages(case.question, case.document())[-1].content or ""
         prompts_seen[case.name] = (prompts.answer_system(sources).content or "") + grade
         assert case.fact_section in prompts_seen[case.name]
     reached = [c.name for c in CASES if any(p.lower() in prompts_seen[c.name].lower() for p in c.payloads)]
@@ -146,13 +145,16 @@ def _honest(case: InjectionCase) -> tuple[ScriptedLLM, ScriptedLLM]:
 
 
 def _shape(rag: EnterpriseRAG, res: Any) -> dict[str, Any]:
-    """What the workflow decided and did, without sizes that follow from the text length."""
-    pipeline = {k: v for k, v in res.pipeline.items() if k not in ("latency_ms", "prompt_tokens", "completion_tokens")}
+    """What the workflow decided and did, without sizes that follow from the text: lengths, and the number of
+    grading calls (one per passage above the similarity floor, which the planted text moves)."""
+    sizes = ("latency_ms", "prompt_tokens", "completion_tokens", "llm_calls")
+    pipeline = {k: v for k, v in res.pipeline.items() if k not in sizes}
     trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
     return {
         "pipeline": pipeline,
         "steps": [s["step"] for s in trace["steps"]],
+        "calls": [c["name"] for c in trace["llm_calls"] if c["name"] != "grade"],
         "citations": [(c.label, Path(c.source).name, c.kind) for c in res.citations],
         "answer": res.answer,
     }
