@@ -235,8 +235,8 @@ class AnswerWorkflow(Workflow):
 
     def _kept_nodes(self, s: RunState) -> list[NodeWithScore]:
         """Passages for the generator, best retrieval score first: on proceed those graded yes or partial
-        (a small grader often calls the answering passage partial and a neighbour yes); otherwise the
-        partial and ungraded ones."""
+        (partial: the grader is unsure, and the generator with the checks in code is the last judge);
+        otherwise the partial and ungraded ones."""
         proceed = s.decision is not None and s.decision.decision == "proceed"
         wanted = {"yes", "partial"} if proceed else {"partial", "ungraded"}
         ranked = sorted(s.candidates.values(), key=lambda n: -(n.score or 0.0))
