@@ -226,7 +226,7 @@ class RetrievalSettings(_Section):
 
 
 # Fitted by benchmarks/grading.py (local grader, pooled dev scenarios + SciFact; see that script's docstring).
-FITTED_GRADE_THRESHOLDS: dict[str, tuple[float, float]] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": (0.1, 0.5)}
+FITTED_GRADE_THRESHOLDS: dict[str, tuple[float, float]] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": (0.05, 0.14)}
 # MiniLM similarities (the local int8 model): under 0.12, passages were almost never relevant.
 FITTED_GRADE_FLOORS: dict[str, float] = {"all-MiniLM-L6-v2-onnx-int8": 0.12}
 
