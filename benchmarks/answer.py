@@ -9,12 +9,13 @@ negative fact, false premise, unanswerable, permission, injection, paraphrase):
 * pass rate;
 * false not-found: a case with an answer to give, answered not-found;
 * false answer: a case expecting a not-found (out of the corpus, or forbidden), answered anyway;
-* citation precision: the citations whose quote is found (normalised) in the text of the source they cite,
-  over all citations; and number precision: the numbers of cited sentences found in their cited sources.
+* citation precision: the cited sentences of the answer at least half of whose content words are in the
+  sources they cite, over all cited sentences; and number precision: the numbers of cited sentences
+  found in their cited sources.
 
 Then LLM calls and tokens per query by path (proceed / fallback / revised) and seconds per query p50/p95.
-``--comparisons`` adds the saving of one batched grading call against one call per passage, and of the shared
-prompt prefix (generation -> check) against a cold KV cache.
+``--comparisons`` adds the saving of the shared prompt prefix (generation -> check) against a cold KV cache
+(grading is measured by benchmarks/grading.py).
 
     .venv/bin/python benchmarks/answer.py [--suite ../shared/scenarios-dev] [--limit N] [--cases id1,id2]
 """
@@ -34,16 +35,16 @@ from typing import Any
 
 import yaml
 from _common import SHARED, fresh_database, temp_data_dir
-from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.llms import ChatMessage
 
 from enterprise_rag import EnterpriseRAG, Principal
-from enterprise_rag.answer.checks.citations import cited_labels, normalise, split_sentences, strip_citations
+from enterprise_rag.answer.checks.citations import cited_labels, split_sentences, strip_citations
 from enterprise_rag.answer.checks.numbers import numbers
 from enterprise_rag.answer.sources import corpus_sources
 from enterprise_rag.config import load_settings
 from enterprise_rag.llm import prompts
-from enterprise_rag.retrieval.windows import focus
 from enterprise_rag.store.embedded import start_embedded, stop_embedded
+from enterprise_rag.text import terms
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for the suite's matching rules
 from tests.support.scenario_matching import answer_failures, is_not_found  # noqa: E402
@@ -69,33 +70,6 @@ def timed_chat(llm: Any, messages: list[ChatMessage], **kwargs: Any) -> tuple[fl
     return time.perf_counter() - t0, raw
 
 
-def grading_comparison(rag: EnterpriseRAG, cases: list[dict[str, Any]]) -> None:
-    llm = rag.providers.grader
-    batched_s = single_s = 0.0
-    batched_tok = single_tok = 0
-    for case in cases:
-        user = Principal(case["user"]["user_id"], case["user"]["groups"])
-        nodes = rag.retrieve(case["question"], user=user, top_k=5)
-        passages = [(f"P{i}", focus(case["question"], n.node.get_content(), 700)) for i, n in enumerate(nodes, 1)]
-        ids = [p for p, _ in passages]
-        fmt = {"type": "json_schema", "json_schema": {"name": "grade", "schema": prompts.grade_schema(ids)}}
-        timed_chat(llm, [ChatMessage(role=MessageRole.USER, content="Say OK.")], max_tokens=2)  # evict the cache
-        s, raw = timed_chat(llm, prompts.grade_messages(case["question"], passages), max_tokens=240,
-                            response_format=fmt)  # fmt: skip
-        batched_s += s
-        batched_tok += sum(raw.get("usage", {}).get(k, 0) for k in ("prompt_tokens", "completion_tokens"))
-        for pid, text in passages:
-            one = {"type": "json_schema", "json_schema": {"name": "grade", "schema": prompts.grade_schema([pid])}}
-            s, raw = timed_chat(llm, prompts.grade_messages(case["question"], [(pid, text)]), max_tokens=60,
-                                response_format=one)  # fmt: skip
-            single_s += s
-            single_tok += sum(raw.get("usage", {}).get(k, 0) for k in ("prompt_tokens", "completion_tokens"))
-    n = len(cases)
-    print(f"\ngrading, {n} questions x 5 passages: batched {batched_s / n:.1f} s and {batched_tok / n:.0f} tokens "
-          f"per question; one call per passage {single_s / n:.1f} s and {single_tok / n:.0f} tokens "
-          f"-> batched saves {1 - batched_s / single_s:.0%} of the time")  # fmt: skip
-
-
 def prefix_comparison(rag: EnterpriseRAG, cases: list[dict[str, Any]]) -> None:
     llm = rag.providers.generator
     warm = cold = 0.0
@@ -104,13 +78,13 @@ def prefix_comparison(rag: EnterpriseRAG, cases: list[dict[str, Any]]) -> None:
         user = Principal(case["user"]["user_id"], case["user"]["groups"])
         sources = corpus_sources(rag.retrieve(case["question"], user=user, top_k=3))
         timed_chat(llm, prompts.generate_messages(sources, case["question"]), max_tokens=64)
-        s, raw = timed_chat(llm, prompts.check_messages(sources, case["question"], "Draft answer. [S1]"),
+        s, raw = timed_chat(llm, prompts.check_messages(sources, case["question"], [("C1", "Draft answer.")]),
                             max_tokens=1)  # fmt: skip
         warm += s
         cached_tokens += raw.get("usage", {}).get("prompt_tokens_details", {}).get("cached_tokens", 0)
         # Cold: the same check with a different first token, so no cached prefix can be reused
         # (an unrelated call in between does not evict it: the server keeps its prompt cache).
-        cold_messages = prompts.check_messages(sources, case["question"], "Draft answer. [S1]")
+        cold_messages = prompts.check_messages(sources, case["question"], [("C1", "Draft answer.")])
         cold_messages[0] = ChatMessage(
             role=cold_messages[0].role, content=f"{uuid.uuid4()}\n{cold_messages[0].content}"
         )
@@ -155,19 +129,23 @@ def failure_types(suite_text: str) -> dict[str, str]:
 
 
 def citation_counts(res: Any) -> tuple[int, int, int, int]:
-    """(citations, quotes found in their source, numbers in cited sentences, numbers found in cited sources)."""
-    texts = {s["label"]: normalise(s["text"]) for s in res.sources}
-    found = sum(1 for c in res.citations if c.quote and normalise(c.quote) in texts.get(c.label, ""))
-    n_numbers = n_found = 0
+    """(cited sentences, of them grounded in their cited sources, numbers in cited sentences, of them found in
+    their cited sources). Grounded: at least half the sentence's content words are in the sources it cites."""
+    texts = {s["label"]: s["text"] for s in res.sources}
+    sentences = grounded = n_numbers = n_found = 0
     for sentence in split_sentences(res.answer):
         cited = [texts[label] for label in cited_labels(sentence) if label in texts]
         if not cited:
             continue
-        wanted = numbers(strip_citations(sentence))
+        plain = strip_citations(sentence)
+        words, held = set(terms(plain)), set().union(*(terms(t) for t in cited))
+        sentences += 1
+        grounded += not words or len(words & held) / len(words) >= 0.5
+        wanted = numbers(plain)
         known = set().union(*(numbers(t) for t in cited))
         n_numbers += len(wanted)
         n_found += len(wanted & known)
-    return len(res.citations), found, n_numbers, n_found
+    return sentences, grounded, n_numbers, n_found
 
 
 def ratio(num: int, den: int) -> str:
@@ -193,8 +171,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N answer cases")
     parser.add_argument("--cases", default="", help="comma-separated case ids (default: every answer case)")
     parser.add_argument("--config", type=Path, default=None, help="settings file (default: the built-in defaults)")
-    parser.add_argument("--comparisons", action="store_true", help="also time batched grading and prefix reuse")
-    parser.add_argument("--sample", type=int, default=4, help="questions for the grading / prefix comparisons")
+    parser.add_argument("--comparisons", action="store_true", help="also time prefix reuse")
+    parser.add_argument("--sample", type=int, default=4, help="questions for the prefix comparison")
     args = parser.parse_args()
     suite_text = (args.suite / "scenarios.yaml").read_text()
     suite, types = yaml.safe_load(suite_text), failure_types(suite_text)
@@ -256,7 +234,6 @@ def main() -> None:
             )
         if args.comparisons:
             sample = [c for c in cases if c["kind"] == "both"][: args.sample]
-            grading_comparison(rag, sample)
             prefix_comparison(rag, sample)
         rag.close()
     finally:

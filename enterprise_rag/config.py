@@ -225,21 +225,33 @@ class RetrievalSettings(_Section):
     )
 
 
+# Fitted by benchmarks/grading.py (local grader, pooled dev scenarios + SciFact; see that script's docstring).
+FITTED_GRADE_THRESHOLDS: dict[str, tuple[float, float]] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": (0.05, 0.14)}
+# MiniLM similarities (the local int8 model): under 0.12, passages were almost never relevant.
+FITTED_GRADE_FLOORS: dict[str, float] = {"all-MiniLM-L6-v2-onnx-int8": 0.12}
+
+
 class WorkflowSettings(_Section):
     """Bounds and thresholds of the corrective answer workflow (every loop has a cap)."""
 
     top_k: int = Field(5, ge=1, le=20, description="Passages retrieved per attempt and graded.")
     max_sources: int = Field(4, ge=1, le=20, description="Sources given to the generator at most.")
-    grade_floor: float = Field(
-        0.12, ge=-1, le=1, description="Dense similarity under which a passage is rejected without an LLM call."
+    grade_thresholds: dict[str, tuple[float, float]] = Field(
+        default_factory=lambda: dict(FITTED_GRADE_THRESHOLDS),
+        description="Per grader model name (as the model reports it, e.g. llm.grader.model): the (partial, yes)"
+        " thresholds on its probability of answering 'yes' (p(yes) >= yes: yes; >= partial: partial; else no)."
+        " The local model's were fitted by benchmarks/grading.py on the dev scenarios and SciFact.",
     )
-    grade_keep_similarity: float = Field(
-        0.7,
-        ge=-1,
-        le=1.01,
-        description="Dense similarity at or above which a grader 'no' is doubted and the passage kept as partial "
-        "(SciFact test, top-5 hybrid, local MiniLM: 60% of passages >= 0.7 relevant, 29% at 0.6-0.7); "
-        "above 1 turns it off.",
+    grade_thresholds_fallback: tuple[float, float] = Field(
+        (0.1, 0.5),
+        description="(partial, yes) for a grader model not in grade_thresholds: yes where the model's own"
+        " choice is yes, partial down to a tenth (an uncalibrated model keeps doubtful passages).",
+    )
+    grade_floor: dict[str, float] = Field(
+        default_factory=lambda: dict(FITTED_GRADE_FLOORS),
+        description="Per embedding model name (as the model reports it): the dense similarity under which a"
+        " passage is rejected without an LLM call. A model not listed has no floor (similarities are not"
+        " comparable across models).",
     )
     grade_passage_chars: int = Field(
         700,
@@ -249,12 +261,7 @@ class WorkflowSettings(_Section):
     )
     min_yes: int = Field(1, ge=1, description="Passages graded yes needed to proceed without correction.")
     max_query_rewrites: int = Field(2, ge=0, le=5, description="Rewrite-and-retrieve rounds before web fallback.")
-    second_opinion: bool = Field(
-        True,
-        description="When the generator finds no answer in passages the grader judged relevant, ask it once more "
-        "without the not-found exit; that draft is kept only if every check passes unrevised.",
-    )
-    max_citation_revisions: int = Field(1, ge=0, le=5, description="Revisions after a failed citation check.")
+    max_citation_revisions: int = Field(1, ge=0, le=5, description="Revisions of failed sentences (then dropped).")
     max_hallucination_retries: int = Field(2, ge=0, le=5, description="Revisions after unsupported claims.")
     max_usefulness_retries: int = Field(1, ge=0, le=5, description="Reruns after an answer that misses the question.")
     refine_floor: float = Field(
@@ -275,6 +282,31 @@ class WorkflowSettings(_Section):
     llm_timeout_s: float = Field(240.0, gt=0, description="Seconds before one LLM call is abandoned and retried.")
     llm_max_retries: int = Field(2, ge=0, le=5, description="Retries of a failed LLM call, with backoff.")
     llm_backoff_s: float = Field(1.0, ge=0, description="First backoff between retries (doubles each time).")
+
+    @field_validator("grade_thresholds_fallback")
+    @classmethod
+    def _check_fallback(cls, value: tuple[float, float]) -> tuple[float, float]:
+        return _ordered_thresholds("fallback", value)
+
+    @field_validator("grade_thresholds")
+    @classmethod
+    def _check_thresholds(cls, value: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        return {model: _ordered_thresholds(model, pair) for model, pair in value.items()}
+
+    def grade_thresholds_for(self, model: str) -> tuple[float, float]:
+        """(partial, yes) thresholds on p(yes) for this grader model; the fallback for a model not listed."""
+        return self.grade_thresholds.get(model, self.grade_thresholds_fallback)
+
+    def grade_floor_for(self, model: str) -> float | None:
+        """The dense-similarity floor for this embedding model; None (no floor) for a model not listed."""
+        return self.grade_floor.get(model)
+
+
+def _ordered_thresholds(model: str, pair: tuple[float, float]) -> tuple[float, float]:
+    partial, yes = pair
+    if not 0.0 <= partial <= yes <= 1.0:
+        raise ValueError(f"grade thresholds of {model}: need 0 <= partial <= yes <= 1, got {pair}")
+    return (float(partial), float(yes))
 
 
 class RagSettings(BaseSettings):

@@ -229,8 +229,9 @@ class EnterpriseRAG:
 
         def grader(caller: LLMCaller) -> Grader:
             return Grader(
-                self.db, caller, floor=cfg.grade_floor, keep_similarity=cfg.grade_keep_similarity,
-                passage_chars=cfg.grade_passage_chars, embed_model=embed_model,
+                self.db, caller, thresholds=cfg.grade_thresholds_for(caller.model_id("grader")),
+                floor=cfg.grade_floor_for(embed_model.model_name), passage_chars=cfg.grade_passage_chars,
+                embed_model=embed_model,
             )  # fmt: skip
 
         # The web source is built when a query first needs it, not with the workflow.

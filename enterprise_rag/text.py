@@ -8,9 +8,8 @@ Different needs get different, named cuts, each for what it is compared with:
 * :func:`query_words` keeps codes, decimals and contractions whole (``ab-123``, ``2.5``,
   ``don't``): the full-text half of hybrid search parses exactly these into lexemes, and the
   overlap checks that must match a code as one word compare them.
-* :func:`identifiers`, :func:`acronyms` and :func:`names`: the codes and acronyms a text names,
-  shared by relevance grading and context refinement; :func:`is_heading` finds the heading
-  lines they are read from.
+* :func:`identifiers`: the codes a text names, which context refinement matches between a
+  question and the headings of a passage; :func:`is_heading` finds those heading lines.
 * :func:`word_count`: how long a sentence is, as a reader counts it.
 """
 
@@ -21,7 +20,6 @@ import re
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TOKEN = re.compile(r"\w[\w.\-/]*\w|\w", re.UNICODE)
 _HEADING = re.compile(r"^\s*#{1,6}\s")
-_ACRONYM = re.compile(r"\b[A-Z]{2,6}\b")
 _QUERY_WORD = re.compile(r"[\w][\w.\-']*[\w]|[\w]", re.UNICODE)
 _MAX_QUERY_WORDS = 64
 STOPWORDS = frozenset(
@@ -65,17 +63,6 @@ def identifiers(text: str) -> set[str]:
     embeddings barely tell from their neighbours (a code one character away). Plain numbers and dates
     are not identifiers."""
     return {t for t in _TOKEN.findall(text.lower()) if any(c.isdigit() for c in t) and any(c.isalpha() for c in t)}
-
-
-def acronyms(text: str) -> set[str]:
-    """Upper-case words of two to six letters (HTTP, SQL, GDPR), lower case: the names of the systems and
-    policies whole documents are about, which a heading uses as it is and a question repeats."""
-    return {t.lower() for t in _ACRONYM.findall(text)}
-
-
-def names(text: str) -> set[str]:
-    """The codes and acronyms ``text`` names: what a heading and a question share when they are about one thing."""
-    return identifiers(text) | acronyms(text)
 
 
 def is_heading(line: str) -> bool:

@@ -532,7 +532,6 @@ def test_sigkill_mid_query_resumes_from_the_trace_without_repeating_llm_calls(
         {
             "generate": must_not_run("generate"),
             "revise": must_not_run("revise"),
-            "reconsider": must_not_run("reconsider"),
         }
     )
     grader2 = ScriptedLLM({"grade": must_not_run("grade"), "rewrite": must_not_run("rewrite"), "check": CHECK_OK})
@@ -541,10 +540,11 @@ def test_sigkill_mid_query_resumes_from_the_trace_without_repeating_llm_calls(
         (recent,) = TraceStore(rag.db).recent(ALICE)
         killed = rag.trace(recent["trace_id"], ALICE)
         assert killed is not None and killed["status"] == "running"  # nobody could mark it failed
-        assert [c["name"] for c in killed["llm_calls"]] == ["grade", "generate"]
+        graded = sum(1 for c in killed["llm_calls"] if c["name"] == "grade")  # one per passage above the floor
+        assert graded >= 1 and [c["name"] for c in killed["llm_calls"]] == ["grade"] * graded + ["generate"]
         res = rag.resume(recent["trace_id"], ALICE)
         assert FACT in res.answer and res.citations and res.pipeline["flagged_for_review"] is False
         assert [name for name, _ in grader2.calls] == ["check"] and generator2.calls == []
         done = rag.trace(recent["trace_id"], ALICE)
         assert done is not None and done["status"] == "done"
-        assert [c["name"] for c in done["llm_calls"]] == ["grade", "generate", "check"]
+        assert [c["name"] for c in done["llm_calls"]] == ["grade"] * graded + ["generate", "check"]

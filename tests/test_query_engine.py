@@ -19,7 +19,8 @@ from llama_index.core.base.response.schema import Response
 
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
-from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.testing import ScriptedLLM, yes_probability
+from tests.support.workflow import CHECK_OK
 
 DOCS = {
     "vacation.md": ("all-staff", "# Vacation policy\n\nEvery employee receives 27 days of paid vacation per year.\n"),
@@ -38,20 +39,9 @@ def sources_in(messages: list[Any]) -> dict[str, str]:
     return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
 
 
-def passages_in(messages: list[Any]) -> dict[str, str]:
-    body = messages[-1].content
-    block = body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]
-    parts = re.split(r"(?m)^\[(P\d+)\]\n", block)
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
-
-
-def grade_everything_yes(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Every passage answers, with its first sentence as evidence: whatever the user may see gets used."""
-    out = {}
-    for pid, text in passages_in(messages).items():
-        body = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-        out[pid] = {"evidence": (body[-1] if body else text)[:60], "answers": "yes"}
-    return out
+def grade_everything_yes(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Every passage answers: whatever the user may see gets used."""
+    return yes_probability(1.0)
 
 
 def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> str:
@@ -63,23 +53,18 @@ def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> str:
     return " ".join(sentences)
 
 
-CHECK_OK = {"claims": [{"claim": "the stated facts", "supported": True}], "answers_question": True}
-
-
 @pytest.fixture
 def rag(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> Iterator[EnterpriseRAG]:
     folder = tmp_path / "docs"
     folder.mkdir()
     settings = load_settings(
-        None, database={"dsn": fresh_dsn}, workflow={"llm_backoff_s": 0.01, "llm_timeout_s": 5.0, "grade_floor": -1.0}
+        None, database={"dsn": fresh_dsn}, workflow={"llm_backoff_s": 0.01, "llm_timeout_s": 5.0, "grade_floor": {}}
     )
     instance = EnterpriseRAG(
         data_dir=tmp_path / "data",
         settings=settings,
         embed_model=embed_model,
-        generator=ScriptedLLM(
-            {"generate": cite_every_source, "revise": cite_every_source, "reconsider": cite_every_source}
-        ),
+        generator=ScriptedLLM({"generate": cite_every_source, "revise": cite_every_source}),
         grader=ScriptedLLM({"grade": grade_everything_yes, "check": CHECK_OK, "rewrite": "company policies"}),
     )
     for name, (group, text) in DOCS.items():

@@ -83,8 +83,7 @@ def injected(fresh_dsn: str, embed_model: Any) -> Callable[..., EnterpriseRAG]:
             data_dir=data_dir,
             settings=load_settings(None, database={"dsn": fresh_dsn}, workflow={"llm_backoff_s": 0.01}),
             embed_model=embed_model,
-            generator=ScriptedLLM({"generate": answer_with("annual leave"), "revise": answer_with("annual leave"),
-                                   "reconsider": answer_with("annual leave")}),
+            generator=ScriptedLLM({"generate": answer_with("annual leave"), "revise": answer_with("annual leave")}),
             grader=ScriptedLLM({
                 "grade": grade_yes_if("annual leave"), "check": CHECK_OK, "rewrite": "annual leave days per year",
                 "standalone": "How much annual leave do part-time staff get?",

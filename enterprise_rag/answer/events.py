@@ -15,6 +15,7 @@ from llama_index.core.schema import NodeWithScore
 from workflows.events import Event, StartEvent
 
 from enterprise_rag.answer.checks.decision import DecisionResult
+from enterprise_rag.answer.checks.draft import Draft
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.principal import Principal
 from enterprise_rag.schema.sources import Source
@@ -67,15 +68,17 @@ class Generate(Event):
     sources: list[Source]
     question: str
     feedback: str = ""
-    draft: str = ""
+    draft: Draft | None = None
 
 
 class Drafted(Event):
-    answer: str
+    draft: Draft
 
 
 class CitationsChecked(Event):
-    answer: str
+    """A draft whose every sentence passed verification in code."""
+
+    draft: Draft
 
 
 class StepFinished(Event):

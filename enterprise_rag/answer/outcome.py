@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from enterprise_rag.answer.checks.citations import cited_labels, split_sentences, strip_citations
+from enterprise_rag.answer.checks.draft import Draft
 from enterprise_rag.answer.checks.support import NOT_APPLICABLE
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.schema.result import Citation, QueryResult
-from enterprise_rag.text import words
 
 if TYPE_CHECKING:
     from enterprise_rag.answer.state import RunState
@@ -42,25 +41,18 @@ def confidence(
     return round(value, 3)
 
 
-def best_quote(claim: str, text: str, limit: int = 240) -> str:
-    """The sentence of ``text`` sharing the most words with ``claim``: what the citation points at."""
-    wanted = set(words(claim))
-    sentences = split_sentences(text) or [text]
-    best = max(sentences, key=lambda s: len(wanted & set(words(s))))
-    return best[:limit]
-
-
-def citations_for(answer: str, sources: list[Source]) -> list[Citation]:
+def citations_for(draft: Draft | None, sources: list[Source]) -> list[Citation]:
+    """One citation per cited source, in order of first use, with the first verified quote from it."""
     by_label = {s.label: s for s in sources}
-    out = []
-    for label in cited_labels(answer):
-        src = by_label.get(label)
-        if src is None:
-            continue
-        claim = " ".join(s for s in split_sentences(answer) if f"[{label}" in s or label in cited_labels(s))
-        out.append(Citation(label, src.source, src.page, src.document_id, best_quote(strip_citations(claim), src.text),
-                            src.kind))  # fmt: skip
-    return out
+    quotes: dict[str, str] = {}
+    for sentence in draft.sentences if draft else ():
+        for quote in sentence.quotes:
+            quotes.setdefault(quote.label, quote.text)
+    return [
+        Citation(label, src.source, src.page, src.document_id, quote, src.kind)
+        for label, quote in quotes.items()
+        if (src := by_label.get(label)) is not None
+    ]
 
 
 def source_record(src: Source) -> dict[str, Any]:
@@ -78,7 +70,7 @@ class Outcome:
     @staticmethod
     def from_state(state: RunState, caller: LLMCaller, *, not_found: bool, web_cap: float) -> QueryResult:
         s = state
-        citations = [] if not_found or s.flagged else citations_for(s.answer, s.sources)
+        citations = [] if not_found or s.flagged else citations_for(s.draft, s.sources)
         corpus = sum(1 for c in citations if c.kind == "corpus")
         web = sum(1 for c in citations if c.kind == "web")
         relevance = s.decision.relevance if s.decision else 0.0

@@ -11,6 +11,7 @@ from llama_index.core.schema import NodeWithScore
 from pydantic import BaseModel, ConfigDict, Field
 
 from enterprise_rag.answer.checks.decision import DecisionResult
+from enterprise_rag.answer.checks.draft import Draft
 from enterprise_rag.answer.checks.grading import Grade
 from enterprise_rag.answer.checks.support import NOT_APPLICABLE, SupportVerdict
 from enterprise_rag.answer.events import Ask
@@ -29,6 +30,8 @@ class RunState(BaseModel):
     decision: DecisionResult | None = None
     sources: list[Source] = Field(default_factory=list)
     answer: str = ""
+    draft: Draft | None = None  # the current draft; after the checks, only what they kept
+    kept_before: Draft | None = None  # the verified sentences of a draft sent back for a citation revision
     rewrites: int = 0
     citation_revisions: int = 0
     hallucination_retries: int = 0
@@ -39,8 +42,6 @@ class RunState(BaseModel):
     retrieval_used: bool = True
     basis: frozenset[str] = frozenset()  # ids of the sources of the current draft
     not_found_from: list[frozenset[str]] = Field(default_factory=list)  # source sets with no answer in them
-    second_opinion: bool = False  # the current draft is the second opinion (see answer.workflow)
-    second_opinion_asked: bool = False  # at most one per query
 
     @property
     def run(self) -> Ask:

@@ -8,12 +8,13 @@ fails open (passages kept, ungraded); the support check fails closed (the
 answer is flagged). With no passage left, the not-found answer is returned
 without a generation call.
 
-"Not found" is gated in code, not taken from the model: when the generator
-finds nothing in passages the grader judged relevant, it is asked once more,
-told the answer is there (a second opinion). That draft has no not-found exit,
-so it is kept only if it passes every check unrevised: the review in code
-(:mod:`enterprise_rag.answer.checks.draft`), then support and usefulness;
-otherwise the first verdict stands.
+The generator replies with a structured draft (:mod:`enterprise_rag.answer.checks.draft`):
+``found`` and sentences citing sources with verbatim quotes. "Not found" is that
+field, never a phrase of the answer. Every sentence is verified in code
+(:mod:`enterprise_rag.answer.checks.verification`); one that fails is revised once,
+then dropped, and a draft with nothing left is a not-found. The verifier then
+checks each remaining sentence as a claim, without being told whether an answer
+exists; what it does not support is left out, or the answer is flagged.
 
 One :class:`AnswerWorkflow` serves every query, concurrent ones included: what
 a run knows lives in its ``Context`` (:class:`~enterprise_rag.answer.state.RunState`),
@@ -35,11 +36,12 @@ from llama_index.core.schema import NodeWithScore
 from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 
-from enterprise_rag.answer.checks.citations import cited_labels, says_nothing, states_not_found
+from enterprise_rag.answer.checks.coverage import unanswered_parts
 from enterprise_rag.answer.checks.decision import DecisionResult, decide
-from enterprise_rag.answer.checks.draft import review_draft
+from enterprise_rag.answer.checks.draft import Draft
 from enterprise_rag.answer.checks.grading import Grader
 from enterprise_rag.answer.checks.support import UNKNOWN, verdict_from_check
+from enterprise_rag.answer.checks.verification import verify_draft
 from enterprise_rag.answer.events import (
     Ask,
     CitationsChecked,
@@ -233,8 +235,8 @@ class AnswerWorkflow(Workflow):
 
     def _kept_nodes(self, s: RunState) -> list[NodeWithScore]:
         """Passages for the generator, best retrieval score first: on proceed those graded yes or partial
-        (a small grader often calls the answering passage partial and a neighbour yes); otherwise the
-        partial and ungraded ones."""
+        (partial: the grader is unsure, and the generator with the checks in code is the last judge);
+        otherwise the partial and ungraded ones."""
         proceed = s.decision is not None and s.decision.decision == "proceed"
         wanted = {"yes", "partial"} if proceed else {"partial", "ungraded"}
         ranked = sorted(s.candidates.values(), key=lambda n: -(n.score or 0.0))
@@ -266,59 +268,55 @@ class AnswerWorkflow(Workflow):
     async def generate(self, ctx: Context[RunState], ev: Generate) -> Drafted:
         t0 = time.perf_counter()
         async with ctx.store.edit_state() as s:
-            if ev.feedback:
-                name, messages = "revise", prompts.revise_messages(ev.sources, ev.question, ev.draft, ev.feedback)
+            if ev.feedback and ev.draft is not None:
+                name = "revise"
+                messages = prompts.revise_messages(ev.sources, ev.question, ev.draft.render(), ev.feedback)
             else:
-                name = "reconsider" if s.second_opinion else "generate"
-                messages = prompts.generate_messages(ev.sources, ev.question, answer_known=s.second_opinion)
-            try:
-                reply = await s.run.caller.acall("generator", name, messages, max_tokens=self._cfg.answer_max_tokens)
-            except LLMError:
-                if not s.second_opinion:
-                    raise
-                reply = NOT_FOUND_ANSWER  # the second opinion is optional: if it fails, the first verdict stands
-            s.answer = str(reply).strip()
-            _record(ctx, s, "generate", t0, revision=bool(ev.feedback), second_opinion=s.second_opinion,
-                    feedback=ev.feedback, answer=s.answer)  # fmt: skip
-            return Drafted(answer=s.answer)
+                name, messages = "generate", prompts.generate_messages(ev.sources, ev.question)
+            reply = await s.run.caller.acall("generator", name, messages, max_tokens=self._cfg.answer_max_tokens)
+            s.draft = Draft.from_reply(str(reply))
+            s.answer = s.draft.render()
+            _record(ctx, s, "generate", t0, revision=bool(ev.feedback), feedback=ev.feedback,
+                    found=s.draft.found, answer=s.answer)  # fmt: skip
+            return Drafted(draft=s.draft)
 
-    # -- 10. citation check in code
+    # -- 10. verification in code: labels, quotes, numbers and identifiers
     @step
     async def citations(
         self, ctx: Context[RunState], ev: Drafted
     ) -> Generate | CitationsChecked | Rewrite | WebFallback | StopEvent:
         t0 = time.perf_counter()
         async with ctx.store.edit_state() as s:
-            if (states_not_found(ev.answer) and not cited_labels(ev.answer)) or says_nothing(ev.answer):  # labels only
-                if self._second_opinion_due(s):
-                    s.second_opinion = s.second_opinion_asked = True
-                    _record(ctx, s, "citations", t0, not_found=True,
-                            second_opinion="asked: the grader judged a passage relevant")  # fmt: skip
-                    return Generate(sources=s.sources, question=s.answered)
-                # The generator is the last relevance judge: no answer in the kept sources is a fallback.
-                _record(ctx, s, "citations", t0, not_found=True)
-                return self._generator_found_nothing(s)
-            rephrased = s.run.question if s.run.history else s.query  # its words, too, may be repeated unsourced
+            before, s.kept_before = s.kept_before, None  # what passed before a citation revision, if any
+            if ev.draft.not_found:
+                _record(ctx, s, "citations", t0, not_found=True, kept_before=len(before.sentences) if before else 0)
+                if before is not None and before.sentences:  # a revision that gives up loses no verified sentence
+                    return self._checked(s, before)
+                return self._generator_found_nothing(s)  # the generator is the last relevance judge
             sources = {x.label: x.text for x in s.sources}
-            review = review_draft(ev.answer, sources, s.answered, second_opinion=s.second_opinion, rephrased=rephrased)
-            s.answer = review.answer
-            _record(ctx, s, "citations", t0, **review.to_trace())
-            if s.second_opinion and not review.fit_as_second_opinion:
-                return self._generator_found_nothing(s)  # a second opinion is never revised: the first verdict stands
-            if review.needs_revision and s.citation_revisions < self._cfg.max_citation_revisions:
+            # The question's words may be repeated without a source, a follow-up's as asked and as rewritten.
+            asked = f"{s.answered}\n{s.run.question}"
+            checked = verify_draft(ev.draft, sources, asked)
+            unanswered = unanswered_parts(s.answered, checked.kept.render(), sources.values())
+            _record(ctx, s, "citations", t0, **checked.to_trace(), unanswered=unanswered)
+            if (checked.problems or unanswered) and s.citation_revisions < self._cfg.max_citation_revisions:
                 s.citation_revisions += 1
-                return Generate(sources=s.sources, question=s.answered, feedback=review.feedback(), draft=review.answer)
-            return CitationsChecked(answer=review.answer)
+                s.kept_before = checked.kept
+                left_out = [f"- The answer does not address: {part} Add what the sources say about it."
+                            for part in unanswered]  # fmt: skip
+                feedback = "\n".join([checked.feedback(), *left_out]).strip()
+                return Generate(sources=s.sources, question=s.answered, feedback=feedback, draft=ev.draft)
+            kept = checked.kept if checked.kept.sentences or before is None else before
+            if not kept.sentences:
+                return self._generator_found_nothing(s)
+            return self._checked(s, kept)
 
-    def _second_opinion_due(self, s: RunState) -> bool:
-        """The generator found nothing, but the grader judged a kept passage relevant (yes or partial)."""
-        if not self._cfg.second_opinion or s.second_opinion_asked:
-            return False
-        grades = [s.grades.get(x.node_id) for x in s.sources if x.kind == "corpus"]
-        return any(g is not None and g.grade in ("yes", "partial") for g in grades)
+    @staticmethod
+    def _checked(s: RunState, draft: Draft) -> CitationsChecked:
+        s.draft, s.answer = draft, draft.render()
+        return CitationsChecked(draft=draft)
 
     def _generator_found_nothing(self, s: RunState) -> Rewrite | WebFallback | StopEvent:
-        s.second_opinion = False
         if s.basis not in s.not_found_from:
             s.not_found_from.append(s.basis)
         s.decision = DecisionResult("fallback", True, min(s.decision.relevance if s.decision else 0.0, 0.3),
@@ -329,37 +327,37 @@ class AnswerWorkflow(Workflow):
             return WebFallback(reason=s.decision.reason)
         return self._done(s, NOT_FOUND_ANSWER, not_found=True)
 
-    # -- 11-12. support (claim level) and usefulness, one grader call sharing the generation prefix
+    # -- 11-12. support (one verdict per sentence) and usefulness, one grader call sharing the generation prefix
     @step
     async def check(self, ctx: Context[RunState], ev: CitationsChecked) -> Generate | Rewrite | WebFallback | StopEvent:
         t0 = time.perf_counter()
         cfg = self._cfg
         async with ctx.store.edit_state() as s:
+            claims = {f"C{i}": sentence.text for i, sentence in enumerate(ev.draft.sentences, 1)}
             try:
                 reply = await s.run.caller.acall(
                     "grader",
                     "check",
-                    prompts.check_messages(s.sources, s.answered, ev.answer, answer_known=s.second_opinion),
+                    prompts.check_messages(s.sources, s.answered, list(claims.items())),
                     max_tokens=cfg.check_max_tokens,
-                    schema=prompts.CHECK_SCHEMA,
+                    schema=prompts.check_schema(list(claims)),
                 )
-                s.verdict = verdict_from_check(reply)
+                s.verdict = verdict_from_check(reply, claims)
             except LLMError:
                 s.verdict = UNKNOWN  # fail-closed: an unchecked answer is never reported as supported
             threshold = cfg.web_support_threshold if s.web_used else cfg.support_threshold
             _record(ctx, s, "check", t0, support=s.verdict.to_support_dict(),
                     usefulness=s.verdict.to_usefulness_dict(), threshold=threshold)  # fmt: skip
-            if s.second_opinion and not (s.verdict.passed(threshold) and s.verdict.answers_question):
-                return self._generator_found_nothing(s)
             if not s.verdict.passed(threshold):
                 if s.verdict.label != "unknown" and s.hallucination_retries < cfg.max_hallucination_retries:
                     s.hallucination_retries += 1
-                    claims = "\n".join(f"- Not supported by the sources: {c}" for c in s.verdict.unsupported_claims)
-                    feedback = claims or "Some statements are not supported by the sources."
-                    return Generate(sources=s.sources, question=s.answered, feedback=feedback, draft=ev.answer)
+                    feedback = "\n".join(f"- Not supported by the sources: {c}" for c in s.verdict.unsupported_claims)
+                    return Generate(sources=s.sources, question=s.answered, feedback=feedback, draft=ev.draft)
                 s.flagged = True
                 return self._done(s, FLAGGED_ANSWER)
             if not s.verdict.answers_question and s.usefulness_retries < cfg.max_usefulness_retries:
                 s.usefulness_retries += 1
                 return Rewrite(reason="the answer does not address the question")
-            return self._done(s, ev.answer)
+            unsupported = set(s.verdict.unsupported_claims)
+            s.draft = ev.draft.keep([x for x in ev.draft.sentences if x.text not in unsupported])
+            return self._done(s, s.draft.render())

@@ -1,5 +1,6 @@
 """Every LLM call of a query goes through here: timeout, bounded retries with
-backoff, schema-constrained JSON, token accounting, and trace replay.
+backoff, schema-constrained JSON or a one-token yes/no probability read from
+logprobs, token accounting, and trace replay.
 
 Failure policy is the caller's: this raises :class:`LLMError` after the last
 retry and the workflow decides (fail-open for grading, fail-closed for support).
@@ -12,7 +13,9 @@ import concurrent.futures
 import hashlib
 import json
 import logging
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +47,40 @@ def _usage(raw: Any) -> tuple[int, int]:
     if isinstance(usage, dict):
         return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
+
+
+def _field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a dict (the local engine's response), ``obj.name`` of an object (the OpenAI SDK's)."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def top_logprobs_of(raw: Any) -> list[tuple[str, float]] | None:
+    """The (token, log-probability) alternatives of a response's first generated token, most likely first.
+
+    Reads the OpenAI shape ``choices[0].logprobs.content[0].top_logprobs``, which the local engine returns as
+    dicts and the OpenAI SDK as objects; None when the response carries no logprobs.
+    """
+    choices = _field(raw, "choices") if raw is not None else None
+    if not choices:
+        return None
+    logprobs = _field(choices[0], "logprobs")
+    content = _field(logprobs, "content") if logprobs is not None else None
+    if not content:
+        return None
+    top = _field(content[0], "top_logprobs") or []
+    return [(str(_field(t, "token")), float(_field(t, "logprob"))) for t in top]
+
+
+def yes_share(top: list[tuple[str, float]]) -> float | None:
+    """p(yes) / (p(yes) + p(no)) over the tokens that read "yes" / "no" stripped and lower-cased;
+    None when neither is among them."""
+    mass = {"yes": 0.0, "no": 0.0}
+    for token, logprob in top:
+        word = token.strip().lower()
+        if word in mass:
+            mass[word] += math.exp(logprob)
+    total = mass["yes"] + mass["no"]
+    return mass["yes"] / total if total > 0 else None
 
 
 def check_schema(value: Any, schema: dict[str, Any], path: str = "$") -> None:
@@ -102,17 +139,68 @@ class LLMCaller:
         schema: dict[str, Any] | None = None,
     ) -> Any:
         """Run one call; returns text, or the parsed JSON object when ``schema`` is given."""
-        llm = self._llms[role]
-        payload = [{"role": m.role.value, "content": m.content or ""} for m in messages]
-        key = hashlib.sha256(json.dumps([role, name, payload, schema, max_tokens], sort_keys=True).encode()).hexdigest()
-        self.stats.by_name[name] = self.stats.by_name.get(name, 0) + 1
-        replay = self._recorder.replayed(key) if self._recorder else None
-        if replay is not None:
-            self.stats.replayed += 1
-            return self._parse(replay["response"], schema)
         kwargs: dict[str, Any] = {"max_tokens": max_tokens}
         if schema is not None:
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+
+        def read(response: Any) -> tuple[str, Any]:
+            text = response.message.content or ""
+            return text, self._parse(text, schema)
+
+        return self._run(
+            role, name, messages, kwargs, [schema, max_tokens], read, lambda text: self._parse(text, schema)
+        )
+
+    def yes_probability(
+        self, role: str, name: str, messages: list[ChatMessage], *, top_logprobs: int = 10
+    ) -> float | None:
+        """The model's probability that its one-token reply is "yes" rather than "no", or None when neither
+        word is among its ``top_logprobs`` most likely first tokens (or the model returns no logprobs).
+
+        One completion token with logprobs (the local engine and OpenAI both return them): the probability
+        mass of the tokens that read "yes" once stripped and lower-cased (``Yes``, `` yes``, ``YES``...),
+        over that of "yes" and "no" together. Retries, timeout, token accounting and trace replay are those
+        of :meth:`call`; the trace records the top tokens and their log-probabilities.
+        """
+        kwargs: dict[str, Any] = {"max_tokens": 1, "logprobs": True, "top_logprobs": top_logprobs}
+
+        def read(response: Any) -> tuple[str, float | None]:
+            top = top_logprobs_of(response.raw)
+            if top is None:
+                logger.warning("LLM call %s: the model returned no logprobs", name)
+                top = []
+            return json.dumps({"top_logprobs": top}), yes_share(top)
+
+        def replay(text: str) -> float | None:
+            return yes_share([(str(t), float(lp)) for t, lp in json.loads(text)["top_logprobs"]])
+
+        return self._run(  # type: ignore[no-any-return]
+            role, name, messages, kwargs, ["yes_probability", top_logprobs], read, replay
+        )
+
+    def _run(
+        self,
+        role: str,
+        name: str,
+        messages: list[ChatMessage],
+        kwargs: dict[str, Any],
+        key_parts: list[Any],
+        read: Callable[[Any], tuple[str, Any]],
+        replay: Callable[[str], Any],
+    ) -> Any:
+        """One call with timeout, bounded retries and backoff, token accounting and trace record / replay.
+
+        ``read`` turns a response into (the text the trace records, the value returned); ``replay`` turns a
+        recorded text back into that value. ``key_parts`` (with role, name and messages) key the recording.
+        """
+        llm = self._llms[role]
+        payload = [{"role": m.role.value, "content": m.content or ""} for m in messages]
+        key = hashlib.sha256(json.dumps([role, name, payload, *key_parts], sort_keys=True).encode()).hexdigest()
+        self.stats.by_name[name] = self.stats.by_name.get(name, 0) + 1
+        recorded = self._recorder.replayed(key) if self._recorder else None
+        if recorded is not None:
+            self.stats.replayed += 1
+            return replay(recorded["response"])
         last: Exception | None = None
         for attempt in range(self._max_retries + 1):
             if attempt:
@@ -120,8 +208,7 @@ class LLMCaller:
             t0 = time.perf_counter()
             try:
                 response = self._with_timeout(llm, messages, kwargs)
-                text = response.message.content or ""
-                parsed = self._parse(text, schema)
+                text, value = read(response)
             except UnparsableJSONError as exc:
                 # A schema-constrained reply that does not parse was cut off by the token budget:
                 # the same budget would cut it off again.
@@ -149,7 +236,7 @@ class LLMCaller:
                     "key": key, "name": name, "role": role, "model": llm.metadata.model_name, "messages": payload,
                     "response": text, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "ms": ms,
                 })  # fmt: skip
-            return parsed
+            return value
         raise LLMError(f"LLM call '{name}' failed after {self._max_retries + 1} attempts: {last}") from last
 
     async def acall(self, role: str, name: str, messages: list[ChatMessage], **kwargs: Any) -> Any:

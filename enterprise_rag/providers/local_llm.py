@@ -72,7 +72,9 @@ class LocalLlamaLLM(CustomLLM):
     """A LlamaIndex LLM over the in-process llama.cpp engine.
 
     ``chat(messages, response_format={...})`` passes an OpenAI-style
-    ``response_format`` through; token usage is in ``response.raw["usage"]``.
+    ``response_format`` through, and ``logprobs=True, top_logprobs=n`` ask for
+    the alternatives of each generated token (in ``response.raw["choices"][0]["logprobs"]``);
+    token usage is in ``response.raw["usage"]``.
     """
 
     model_path: Path = Field(description="GGUF file.")
@@ -106,6 +108,9 @@ class LocalLlamaLLM(CustomLLM):
         }
         if kwargs.get("response_format") is not None:
             request["response_format"] = kwargs["response_format"]
+        if kwargs.get("logprobs"):  # OpenAI-style: choices[0].logprobs.content[i].top_logprobs in the result
+            request["logprobs"] = True
+            request["top_logprobs"] = int(kwargs.get("top_logprobs") or 1)
         return request
 
     @llm_chat_callback()

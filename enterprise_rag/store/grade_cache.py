@@ -1,7 +1,7 @@
 """The relevance-grade cache (``rag_grade_cache``): grades keyed by question, passage content and model.
 
-A grade is stored as the JSON object the grader produced it from (grade, reason,
-confidence); the first grade stored for a key stays.
+A grade is stored as the JSON object the grader wrote (the grader's own fields,
+e.g. its probability of yes); the first grade stored for a key stays.
 """
 
 from __future__ import annotations

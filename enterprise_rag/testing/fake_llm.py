@@ -4,11 +4,18 @@ Each call is routed to a handler by its task name: the ``json_schema`` name of
 the response format, else the ``Task: <name>`` header every prompt starts
 with. A handler returns the reply text (or JSON-able data), or raises to
 simulate a failure (timeout, rate limit). Calls are recorded.
+
+A call made with ``logprobs=True`` (a yes/no probability) gets the alternatives
+of its first token in ``response.raw`` as the local engine returns them
+(``choices[0]["logprobs"]["content"][0]["top_logprobs"]``): a handler returns
+:class:`TokenProbabilities` (e.g. :func:`yes_probability`), or text, which is
+then the one certain token.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,6 +33,26 @@ from llama_index.core.llms.custom import CustomLLM
 from pydantic import PrivateAttr
 
 Handler = Callable[[list[ChatMessage], dict[str, Any]], Any]
+
+
+class TokenProbabilities(dict[str, float]):
+    """A handler's reply to a logprobs call: the first token's alternatives and their probabilities."""
+
+
+def yes_probability(p: float) -> TokenProbabilities:
+    """The reply of a model whose first token is "yes" with probability ``p`` and "no" otherwise."""
+    return TokenProbabilities({"yes": p, "no": 1.0 - p})
+
+
+def logprobs_raw(tokens: dict[str, float]) -> dict[str, Any]:
+    """``choices`` in the local engine's shape for one generated token (impossible tokens left out)."""
+    ranked = sorted(((t, p) for t, p in tokens.items() if p > 0), key=lambda tp: -tp[1])
+    top = [{"token": t, "logprob": math.log(p)} for t, p in ranked]
+    first = ranked[0][0] if ranked else ""
+    entry = {**top[0], "top_logprobs": top} if top else {"token": "", "logprob": 0.0, "top_logprobs": []}
+    return {"choices": [{"message": {"role": "assistant", "content": first}, "logprobs": {"content": [entry]}}]}
+
+
 _TASK = re.compile(r"^Task: ([\w-]+)", re.M)
 
 
@@ -41,7 +68,7 @@ def task_name(messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> str:
 
 
 class ScriptedLLM(CustomLLM):
-    """``ScriptedLLM({"grade": lambda msgs, kw: {...}, "generate": "answer [S1]"})``."""
+    """``ScriptedLLM({"grade": lambda msgs, kw: yes_probability(0.9), "generate": "answer [S1]"})``."""
 
     model_name: str = "scripted"
     _handlers: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -71,8 +98,13 @@ class ScriptedLLM(CustomLLM):
             raise KeyError(f"ScriptedLLM has no handler for task {name!r}")
         handler = self._handlers[name]
         reply = handler(list(messages), kwargs) if callable(handler) else handler
-        text = reply if isinstance(reply, str) else json.dumps(reply)
         prompt = sum(len((m.content or "").split()) for m in messages)
+        if kwargs.get("logprobs"):
+            raw = logprobs_raw(reply if isinstance(reply, TokenProbabilities) else {str(reply): 1.0})
+            text = raw["choices"][0]["message"]["content"]
+            raw["usage"] = {"prompt_tokens": prompt, "completion_tokens": 1}
+            return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), raw=raw)
+        text = reply if isinstance(reply, str) else json.dumps(reply)
         usage = {"prompt_tokens": prompt, "completion_tokens": len(text.split())}
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), raw={"usage": usage})
 

@@ -15,11 +15,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.principal import Principal
-from enterprise_rag.testing.fake_llm import ScriptedLLM
+from enterprise_rag.testing.fake_llm import ScriptedLLM, TokenProbabilities, yes_probability
 
 _TEAM = re.compile(r"team (\d+)\b", re.I)
-_PASSAGE = re.compile(r"(?m)^\[(P\d+)\]\n")
 _SOURCE = re.compile(r"(?m)^\[(S\d+)\] \([^\n]*\n")
 
 
@@ -77,35 +77,34 @@ def _team_of(messages: list[Any]) -> int | None:
     return None
 
 
-def _grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def _grade(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
+    """A certain yes for a passage holding the asking team's code word, else a certain no."""
     team = _team_of(messages)
     body = messages[-1].content or ""
-    block = body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]
-    parts = _PASSAGE.split(block)
-    out = {}
-    for pid, text in zip(parts[1::2], parts[2::2], strict=True):
-        hit = team is not None and code_word(team) in text
-        out[pid] = {
-            "evidence": code_word(team) if hit and team is not None else "none",
-            "answers": "yes" if hit else "no",
-        }
-    return out
+    passage = body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]
+    return yes_probability(1.0 if team is not None and code_word(team) in passage else 0.0)
 
 
 def _answer(messages: list[Any], kwargs: dict[str, Any]) -> str:
+    """The team's code word, cited to the source holding it, or the not-found answer."""
     team = _team_of(messages)
     system = messages[0].content or ""
     block = system.split("<sources>\n", 1)[1].rsplit("\n</sources>", 1)[0]
     parts = _SOURCE.split(block)
     for label, text in zip(parts[1::2], parts[2::2], strict=True):
         if team is not None and code_word(team) in text:
-            return f"The code word of team {team} is {code_word(team)} [{label}]."
-    return "I could not find this in the documents you have access to."
+            return f"The code word of team {team} is {code_word(team)}. [{label}]"
+    return NOT_FOUND_ANSWER
+
+
+def _check(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Every claim supported: one verdict per claim id the check's schema requires."""
+    required = kwargs["response_format"]["json_schema"]["schema"]["required"]
+    return {key: True if key == "answers_question" else {"supported": True} for key in required}
 
 
 def scripted_llms() -> tuple[ScriptedLLM, ScriptedLLM]:
     """(generator, grader) that answer each team's question from the passages in the prompt."""
-    check = {"claims": [{"claim": "the code word", "supported": True}], "answers_question": True}
-    generator = ScriptedLLM({"generate": _answer, "revise": _answer, "reconsider": _answer})
-    grader = ScriptedLLM({"grade": _grade, "check": check, "rewrite": lambda m, k: "team code word"})
+    generator = ScriptedLLM({"generate": _answer, "revise": _answer})
+    grader = ScriptedLLM({"grade": _grade, "check": _check, "rewrite": lambda m, k: "team code word"})
     return generator, grader

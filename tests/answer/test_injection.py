@@ -16,13 +16,22 @@ from typing import Any
 import pytest
 
 from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.answer.checks.citations import strip_citations
 from enterprise_rag.config import load_settings
 from enterprise_rag.llm import prompts
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.llm.untrusted import WITHHELD, fence, withhold_instructions
 from enterprise_rag.testing import ScriptedLLM
 from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, CONFIDENTIAL_MARKER, InjectionCase
 from tests.support.databases import create_db, drop_db
-from tests.support.workflow import CHECK_OK, GRADE_NO, answer_with, grade_yes_if, sentence_with, sources_in
+from tests.support.workflow import (
+    CHECK_OK,
+    GRADE_NO,
+    answer_with,
+    grade_yes_if,
+    sentence_with,
+    sources_in,
+)
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
 IDS = [c.name for c in CASES]
@@ -42,10 +51,9 @@ def test_planted_text_cannot_add_sources_or_close_the_blocks(case: InjectionCase
     assert re.findall(r"(?m)^\[(S\d+)\] \(", system) == ["S1", "S2"]
     assert system.index("</sources>") > system.index("An honest passage.")
 
-    grade = prompts.grade_messages(case.question, [("P1", case.document()), ("P2", "An honest passage.")])
-    body = grade[-1].content or ""
+    body = prompts.grade_messages(case.question, case.document())[-1].content or ""
     assert body.count("<passages>") == 1 and body.count("</passages>") == 1
-    assert re.findall(r"(?m)^\[(P\d+)\]$", body) == ["P1", "P2"]
+    assert body.index("</passages>") > body.index(case.fact_section)
 
 
 def test_fence_defuses_only_structure() -> None:
@@ -60,7 +68,7 @@ def test_text_addressed_to_the_model_never_reaches_a_prompt() -> None:
     prompts_seen = {}
     for case in CASES:
         sources = [_source("S1", case.document())]
-        grade = prompts.grade_messages(case.question, [("P1", case.document())])[-1].content or ""
+        grade = prompts.grade_messages(case.question, case.document())[-1].content or ""
         prompts_seen[case.name] = (prompts.answer_system(sources).content or "") + grade
         assert case.fact_section in prompts_seen[case.name]
     reached = [c.name for c in CASES if any(p.lower() in prompts_seen[c.name].lower() for p in c.payloads)]
@@ -131,21 +139,22 @@ def _rag(store: dict[str, Any], embed_model: Any, generator: ScriptedLLM, grader
 
 
 def _honest(case: InjectionCase) -> tuple[ScriptedLLM, ScriptedLLM]:
-    generator = ScriptedLLM(
-        {"generate": answer_with(case.fact), "revise": answer_with(case.fact), "reconsider": answer_with(case.fact)}
-    )
+    generator = ScriptedLLM({"generate": answer_with(case.fact), "revise": answer_with(case.fact)})
     grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "check": CHECK_OK, "rewrite": case.question})
     return generator, grader
 
 
 def _shape(rag: EnterpriseRAG, res: Any) -> dict[str, Any]:
-    """What the workflow decided and did, without sizes that follow from the text length."""
-    pipeline = {k: v for k, v in res.pipeline.items() if k not in ("latency_ms", "prompt_tokens", "completion_tokens")}
+    """What the workflow decided and did, without sizes that follow from the text: lengths, and the number of
+    grading calls (one per passage above the similarity floor, which the planted text moves)."""
+    sizes = ("latency_ms", "prompt_tokens", "completion_tokens", "llm_calls")
+    pipeline = {k: v for k, v in res.pipeline.items() if k not in sizes}
     trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
     return {
         "pipeline": pipeline,
         "steps": [s["step"] for s in trace["steps"]],
+        "calls": [c["name"] for c in trace["llm_calls"] if c["name"] != "grade"],
         "citations": [(c.label, Path(c.source).name, c.kind) for c in res.citations],
         "answer": res.answer,
     }
@@ -169,14 +178,20 @@ def test_planted_instructions_change_no_decision_tool_or_citation(
     assert not case.obeyed(planted["answer"], planted["pipeline"]["web_search_used"])
 
 
+def _worded_payload(case: InjectionCase) -> str:
+    """The first payload that is more than citation markup (a bare "[S9]" is no sentence at all)."""
+    return next(p for p in case.payloads if any(ch.isalnum() for ch in strip_citations(p)))
+
+
 def _obedient_answer(case: InjectionCase) -> Any:
     """A model that does what the planted text says: the honest sentence, then the payload with a fake citation."""
 
     def handler(messages: list[Any], kwargs: dict[str, Any]) -> str:
         for label, text in sources_in(messages).items():
             if case.fact.lower() in text.lower():
-                return f"{sentence_with(text, case.fact)} [{label}]. {case.payloads[0]} [S9]."
-        return "Nothing found."
+                honest = " ".join(sentence_with(text, case.fact).split())
+                return f"{honest}. [{label}]\n{_worded_payload(case)} [S9]"
+        return NOT_FOUND_ANSWER
 
     return handler
 
@@ -187,20 +202,19 @@ def test_an_obedient_model_still_cannot_cite_a_fake_source_or_see_other_document
     corpora: dict[str, Any], embed_model: Any, case: InjectionCase
 ) -> None:
     obey = _obedient_answer(case)
-    generator = ScriptedLLM({"generate": obey, "revise": obey, "reconsider": obey})
+    generator = ScriptedLLM({"generate": obey, "revise": obey})
     grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "check": CHECK_OK, "rewrite": case.question})
     with _rag(corpora["planted"], embed_model, generator, grader) as rag:
         res = rag.query(case.question, user=ALICE)
         trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
     labels = {s["label"] for s in res.sources}
-    assert "S9" not in labels and all(c.label in labels for c in res.citations)
+    assert res.citations and all(c.label in labels for c in res.citations)
     assert {Path(c.source).name for c in res.citations} <= {case.filename}
     citation_steps = [s["data"] for s in trace["steps"] if s["step"] == "citations"]
-    assert citation_steps[0]["ok"] is False and ("unknown_label", "S9") in [
-        tuple(i) for i in citation_steps[0]["issues"]
-    ]
-    assert generator.count("revise") == 1  # the fake citation is sent back for revision, within the cap
+    assert [p[0] for p in citation_steps[0]["problems"]] == [_worded_payload(case)]
+    assert generator.count("revise") == 1  # the unsourced sentence is sent back for revision once, then dropped
+    assert _worded_payload(case) not in res.answer and case.fact.lower() in res.answer.lower()
     # ACL: the board document never reaches the model (prompts before any model output is fed back)
     prompts_seen = [m.content or "" for name, msgs in generator.calls + grader.calls for m in msgs
                     if name in ("grade", "generate")]  # fmt: skip
@@ -214,13 +228,7 @@ def test_web_search_queries_never_carry_document_text(corpora: dict[str, Any], e
     """Even when a grader obeys 'this passage is irrelevant' and the workflow falls back to the web,
     what leaves for the web search is built from the question, never from document text."""
     case = next(c for c in CASES if c.name == "call-the-web")
-    generator = ScriptedLLM(
-        {
-            "generate": answer_with("copy shops"),
-            "revise": answer_with("copy shops"),
-            "reconsider": answer_with("copy shops"),
-        }
-    )
+    generator = ScriptedLLM({"generate": answer_with("copy shops"), "revise": answer_with("copy shops")})
     grader = ScriptedLLM({"grade": GRADE_NO, "check": CHECK_OK, "rewrite": "printing cost black and white"})
     with _rag(corpora["planted"], embed_model, generator, grader) as rag:
         res = rag.query(case.question, user=ALICE)

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 from enterprise_rag import EnterpriseRAG, Principal
+from enterprise_rag.answer.checks.citations import strip_citations
+from enterprise_rag.answer.checks.draft import Draft
 from enterprise_rag.answer.workflow import FLAGGED_ANSWER, AnswerWorkflow
 from enterprise_rag.config import load_settings
 from enterprise_rag.errors import LLMError, PermissionDeniedError
@@ -34,11 +36,11 @@ from tests.support.workflow import (
     DOCS,
     FACT,
     GRADE_NO,
+    GRADE_PARTIAL,
     QUESTION,
     Handler,
     answer_with,
     check_reply,
-    grade_all,
     grade_yes_if,
     llms,
     must_not_run,
@@ -56,10 +58,6 @@ NITROGEN_QUESTION = "At what temperature does liquid nitrogen boil?"
 
 class Crash(BaseException):
     """Stands for a process dying mid-run: LLMCaller retries Exceptions, not this."""
-
-
-# A claimed answer whose evidence is not in the passage counts as partial (small models invent evidence).
-GRADE_PARTIAL = grade_all("yes", "purple elephants dance on the moon at midnight")
 
 
 def failing(exc: BaseException) -> Handler:
@@ -145,9 +143,10 @@ def test_proceed_answers_with_citations_and_the_json_payload(make_rag: MakeRag) 
     assert p["decision"] == "proceed" and p["retrieval_used"] is True
     assert (p["query_rewrites"], p["hallucination_retries"], p["usefulness_retries"]) == (0, 0, 0)
     assert p["web_search_used"] is False and p["flagged_for_review"] is False
-    assert (grader.count("grade"), generator.count("generate"), grader.count("check")) == (1, 1, 1)
+    graded = grader.count("grade")  # one call per passage above the similarity floor
+    assert graded >= 2 and (generator.count("generate"), grader.count("check")) == (1, 1)
     assert grader.count("rewrite") == 0 and generator.count("revise") == 0
-    assert p["llm_calls"] == 3 and p["prompt_tokens"] > 0 and p["completion_tokens"] > 0
+    assert p["llm_calls"] == graded + 2 and p["prompt_tokens"] > 0 and p["completion_tokens"] > 0
 
     (citation,) = res.citations
     assert citation.label == "S1" and citation.kind == "corpus"
@@ -190,11 +189,14 @@ def test_trace_records_steps_grades_prompts_for_its_owner_only(make_rag: MakeRag
     assert step_data(trace, "retrieve")[0]["query"] == QUESTION
     assert step_data(trace, "generate")[0]["answer"] == res.answer
     calls = trace["llm_calls"]
-    assert [c["name"] for c in calls] == ["grade", "generate", "check"]
-    assert [c["seq"] for c in calls] == [1, 2, 3]
-    generate = calls[1]
+    graded = sum(1 for g in grade["grades"] if g["method"] == "llm")
+    assert [c["name"] for c in calls] == ["grade"] * graded + ["generate", "check"]
+    assert [c["seq"] for c in calls] == list(range(1, graded + 3))
+    assert all(c["response"].startswith('{"top_logprobs": ') for c in calls[:graded])  # what p(yes) was read from
+    generate = calls[graded]
     assert generate["role"] == "generator" and generate["model"] == "scripted"
-    assert "Task: generate" in generate["messages"][-1]["content"] and generate["response"] == res.answer
+    assert "Task: generate" in generate["messages"][-1]["content"]
+    assert Draft.from_reply(generate["response"]).render() == res.answer
     assert trace["result"] == res.to_dict()
 
     mallory = Principal(user_id="mallory", groups=["all-staff"])
@@ -211,7 +213,8 @@ def test_same_question_twice_uses_the_grade_cache(make_rag: MakeRag) -> None:
     first = rag.query(QUESTION, user=ALICE)
     second = rag.query(QUESTION, user=ALICE)
 
-    assert grader.count("grade") == 1
+    graded = grader.count("grade")
+    assert graded == first.pipeline["llm_calls"] - 2  # the first run only
     assert second.answer == first.answer and second.pipeline["decision"] == "proceed"
     assert second.pipeline["llm_calls"] == 2  # generate + check only
     trace = rag.trace(second.trace_id, ALICE)
@@ -279,8 +282,7 @@ def test_augment_rewrites_up_to_the_cap_then_answers_from_partial_passages(make_
 
 def test_fallback_without_web_is_not_found_without_a_generation_call(make_rag: MakeRag) -> None:
     generator, grader = llms(grade=GRADE_NO)
-    # the similarity guard off: every "no" stands (the guard has its own test below)
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 1, "grade_keep_similarity": 1.01})
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 1})
     res = rag.query(QUESTION, user=ALICE)
 
     assert res.answer == NOT_FOUND_ANSWER and res.citations == []
@@ -293,21 +295,20 @@ def test_fallback_without_web_is_not_found_without_a_generation_call(make_rag: M
     assert res.evaluation["confidence"] <= 0.5
 
 
-def test_grader_no_on_a_strong_dense_match_is_doubted_and_kept_as_partial(make_rag: MakeRag) -> None:
-    """A small grader answers "no" for the whole batch; the strong match still reaches the generator."""
+def test_a_grader_no_stands_on_a_strong_dense_match(make_rag: MakeRag) -> None:
+    """Nothing overrules the grader: a passage the model says no to stays no however similar it is."""
     generator, grader = llms(grade=GRADE_NO)
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "grade_keep_similarity": 0.5})
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
     res = rag.query(QUESTION, user=ALICE)
 
     trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
-    grades = step_data(trace, "grade")[-1]["grades"]
-    doubted = [g for g in grades if g["method"] == "similarity"]
-    assert doubted and all(g["grade"] == "partial" and "grader said no" in g["reason"] for g in doubted)
-    assert len(doubted) < len(grades)
-    assert all(g["grade"] == "no" for g in grades if g["method"] != "similarity")  # weak matches stay rejected
-    assert res.pipeline["decision"] == "augment" and generator.count("generate") == 1
-    assert FACT in res.answer and res.citations[0].source.endswith("vacation.md")
+    (retrieved,) = step_data(trace, "grade")
+    asked = [g for g in retrieved["grades"] if g["method"] == "llm"]
+    assert asked and all(g["grade"] == "no" for g in retrieved["grades"])
+    similarities = [n.node.metadata.get("similarity") or 0.0 for n in rag.retrieve(QUESTION, user=ALICE, top_k=5)]
+    assert max(similarities) >= 0.6  # the vacation passage is a strong dense match, and still rejected
+    assert res.pipeline["decision"] == "fallback" and generator.calls == [] and res.answer == NOT_FOUND_ANSWER
 
 
 def test_generator_not_found_is_treated_as_fallback(make_rag: MakeRag) -> None:
@@ -327,101 +328,106 @@ def test_rewrites_that_find_the_same_sources_do_not_generate_again(make_rag: Mak
     assert generator.count("generate") == 1  # both rewrites retrieved the same passages
 
 
-def test_second_opinion_after_not_found_is_kept_when_every_check_passes(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=answer_with(FACT))
+def test_the_not_found_reply_is_a_not_found_but_a_phrase_inside_an_answer_is_not(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate=f'"{NOT_FOUND_ANSWER}"')  # with quotes, as small models write it
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
     res = rag.query(QUESTION, user=ALICE)
-    assert FACT in res.answer and res.citations and res.pipeline["not_found"] is False
-    assert generator.count("generate") == 1 and generator.count("reconsider") == 1
-    # no not-found exit in the second opinion's rules, and the check shares that prefix
-    reconsider_system = generator.calls[-1][1][0].content
-    assert NOT_FOUND_ANSWER not in reconsider_system
-    assert grader.calls[-1][0] == "check" and grader.calls[-1][1][0].content == reconsider_system
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True and res.citations == []
+    assert generator.count("revise") == 0 and grader.count("check") == 0
 
 
-def test_second_opinion_loses_its_uncited_padding_instead_of_a_revision(make_rag: MakeRag) -> None:
-    def padded(messages: list[Any], kwargs: dict[str, Any]) -> str:
-        return f"{answer_with(FACT)(messages, kwargs)} That is widely considered a generous allowance."
-
-    generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=padded)
+def test_an_answer_with_no_verified_sentence_is_a_not_found(make_rag: MakeRag) -> None:
+    invented = "Employees get 45 days of paid vacation every calendar year. [S1]"
+    generator, grader = llms(generate=invented, revise=invented)
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
     res = rag.query(QUESTION, user=ALICE)
-    assert FACT in res.answer and "generous" not in res.answer and generator.count("revise") == 0
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
+    assert generator.count("revise") == 1 and grader.count("check") == 0  # revised once, then dropped
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    assert [c["kept"] for c in step_data(trace, "citations")] == [0, 0]
 
 
 @pytest.mark.parametrize(
-    ("reconsider", "check"),
+    "reply",
     [
-        ("Employees get 45 days of paid vacation per calendar year. [S1]", CHECK_OK),  # a number in no source
-        ("Every employee receives paid vacation. [S7]", CHECK_OK),  # a citation of no source
-        ("[S1] [S1][S2]", CHECK_OK),  # labels only
-        # Words its source does not hold, though the (scripted) support check passes it: grounding in code.
-        ("Paid vacation is declined by the payroll gateway after a card expiry. [S1]", CHECK_OK),
-        (answer_with(FACT), check_reply(supported=False)),
-        (answer_with(FACT), check_reply(answers=False)),
+        "The vacation budget is $9,000 per employee.",  # no citation at all, and an amount of no source
+        "Every employee receives 45 days of paid vacation per calendar year. [S1]",  # a number of no source
+        "Vacation requests are approved by the regional payroll gateway. [S1]",  # not what its source says
+        "Every employee receives 27 days of paid vacation per calendar year. [S7]",  # a label of no source
+        # the not-found words inside an answer do not excuse its uncited claim
+        "I could not find the carry-over rule, but staff get 40 days of leave.",
     ],
-    ids=["invented-number", "unknown-label", "labels-only", "ungrounded", "unsupported", "not-useful"],
+    ids=["uncited-invented-amount", "number-not-in-source", "ungrounded", "unknown-label", "refusal-phrase"],
 )
-def test_second_opinion_failing_a_check_is_dropped_unrevised(make_rag: MakeRag, reconsider: Any, check: Any) -> None:
-    generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=reconsider, check=check)
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
-    res = rag.query(QUESTION, user=ALICE)
-    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
-    assert not res.pipeline["flagged_for_review"]
-    assert generator.count("reconsider") == 1 and generator.count("revise") == 0
-
-
-def test_a_draft_of_citation_labels_only_counts_as_no_answer(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate="[S1] [S1][S2]", reconsider=NOT_FOUND_ANSWER)
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
-    res = rag.query(QUESTION, user=ALICE)
-    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
-    assert generator.count("reconsider") == 1 and grader.count("check") == 0
-
-
-def test_a_failing_second_opinion_leaves_the_first_verdict(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=failing(TimeoutError("generator too slow")))
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
-    res = rag.query(QUESTION, user=ALICE)
-    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
-    assert generator.count("reconsider") >= 1 and grader.count("check") == 0
-
-
-def test_no_second_opinion_when_no_kept_passage_was_judged_relevant(make_rag: MakeRag) -> None:
-    generator, grader = llms(grade=failing(LLMError("grader down")), generate=NOT_FOUND_ANSWER)
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
-    res = rag.query(QUESTION, user=ALICE)  # fail-open: passages kept, but ungraded is no evidence
-    assert res.pipeline["not_found"] is True and generator.count("generate") == 1
-    assert generator.count("reconsider") == 0
-
-
-def test_second_opinion_can_be_turned_off(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate=NOT_FOUND_ANSWER, reconsider=answer_with(FACT))
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "second_opinion": False})
-    assert rag.query(QUESTION, user=ALICE).pipeline["not_found"] is True
-    assert generator.count("reconsider") == 0
-
-
-def test_a_draft_citing_a_source_that_does_not_hold_it_is_revised(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate="Vacation requests are approved by the regional payroll gateway. [S1]")
+def test_an_unverifiable_sentence_is_revised_once_then_the_revision_is_used(make_rag: MakeRag, reply: str) -> None:
+    generator, grader = llms(generate=reply)
     rag = make_rag(generator, grader)
     res = rag.query(QUESTION, user=ALICE)
     assert generator.count("generate") == 1 and generator.count("revise") == 1
-    assert FACT in res.answer and "gateway" not in res.answer
+    assert FACT in res.answer and "9,000" not in res.answer and "45" not in res.answer and res.citations
     revise_prompt = generator.calls[-1][1][-1].content
-    assert "is not what its cited source says" in revise_prompt and "payroll gateway" in revise_prompt
+    assert "Problems found" in revise_prompt and strip_citations(reply)[:30] in revise_prompt
+
+
+def test_a_revision_that_gives_up_keeps_the_verified_sentences(make_rag: MakeRag) -> None:
+    draft = f"Every employee receives {FACT} of paid vacation per calendar year. [S1] It is paid at 150% of salary."
+    generator, grader = llms(generate=draft, revise=NOT_FOUND_ANSWER)
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert generator.count("revise") == 1 and FACT in res.answer and "150%" not in res.answer
+    assert res.pipeline["not_found"] is False and res.citations
+
+
+def test_a_negative_fact_is_an_answer_with_its_citation(make_rag: MakeRag, tmp_path: Path) -> None:
+    rule = "You don't have to pre-approve trips of $500 or less"
+    doc = write_docs(tmp_path / "more", {"travel.md": f"# Travel approval\n\n{rule}.\n"})
+    generator, grader = llms(grade=grade_yes_if("pre-approve"), generate=answer_with("pre-approve"))
+    rag = make_rag(generator, grader)
+    assert not rag.ingest(doc, allowed_groups=["all-staff"]).failed
+    res = rag.query("Do I need approval for a $300 trip?", user=ALICE)
+    assert rule in res.answer and res.pipeline["not_found"] is False
+    assert generator.count("revise") == 0
+    (citation,) = res.citations
+    assert citation.source.endswith("travel.md") and "pre-approve trips" in citation.quote
+
+
+def test_a_sentence_copied_from_a_source_gets_that_source(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate="Every employee receives 27 days of paid vacation per calendar year.")
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert generator.count("revise") == 0 and res.answer.endswith("[S1]")
+    assert res.citations[0].source.endswith("vacation.md") and FACT in res.citations[0].quote
     trace = rag.trace(res.trace_id, ALICE)
-    assert trace is not None and step_data(trace, "citations")[0]["ungrounded"]
+    assert trace is not None and step_data(trace, "citations")[0]["attributed"] == 1
 
 
-def test_uncited_answer_is_revised_once(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate="Staff members are entitled to four weeks and two days of holiday in a year.")
+def test_the_verifier_is_neutral_and_checks_every_sentence(make_rag: MakeRag) -> None:
+    both = ("Every employee receives 27 days of paid vacation per calendar year. [S1] "
+            "Unused vacation days carry over until March 31 of the following year. [S1]")  # fmt: skip
+    generator, grader = llms(generate=both)
     rag = make_rag(generator, grader)
+    rag.query(QUESTION, user=ALICE)
+    (check,) = [msgs for name, msgs in grader.calls if name == "check"]
+    (generate,) = [msgs for name, msgs in generator.calls if name == "generate"]
+    assert check[0].content == generate[0].content  # the shared prefix: rules and sources
+    task = check[-1].content
+    assert "[C1] Every employee receives 27 days" in task and "[C2] Unused vacation days" in task
+    assert not re.search(r"sources (do )?(answer|contain|hold)|answer (exists|is there)", task, re.I)
+
+
+def test_a_sentence_the_verifier_rejects_is_left_out(make_rag: MakeRag) -> None:
+    both = ("Every employee receives 27 days of paid vacation per calendar year. [S1] "
+            "Unused vacation days carry over until March 31 of the following year. [S1]")  # fmt: skip
+
+    def second_unsupported(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {"C1": {"supported": True}, "C2": {"supported": False}, "answers_question": True}
+
+    generator, grader = llms(generate=both, check=second_unsupported)
+    rag = make_rag(generator, grader, workflow={"support_threshold": 0.5})
     res = rag.query(QUESTION, user=ALICE)
-    assert generator.count("generate") == 1 and generator.count("revise") == 1
-    assert "[S1]" in res.answer and res.citations
-    revise_prompt = generator.calls[-1][1][-1].content
-    assert "Problems found" in revise_prompt
+    assert FACT in res.answer and "March 31" not in res.answer
+    assert res.evaluation["support"]["label"] == "partially_supported"
 
 
 def test_a_left_out_part_of_a_two_part_question_is_asked_for_in_one_revision(make_rag: MakeRag) -> None:
@@ -431,21 +437,11 @@ def test_a_left_out_part_of_a_two_part_question_is_asked_for_in_one_revision(mak
     rag = make_rag(generator, grader)
     res = rag.query(f"{QUESTION[:-1]}, and what if some are unused?", user=ALICE)
     assert generator.count("generate") == 1 and generator.count("revise") == 1
-    assert "this part of the question: what if some are unused?" in generator.calls[-1][1][-1].content
+    assert "does not address: what if some are unused?" in generator.calls[-1][1][-1].content
     assert "March 31" in res.answer and FACT in res.answer
     trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
     assert [c["unanswered"] for c in step_data(trace, "citations")] == [["what if some are unused?"], []]
-
-
-def test_sentence_copied_from_a_source_is_attributed_in_code_without_revision(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate="Every employee receives 27 days of paid vacation per calendar year.")
-    rag = make_rag(generator, grader)
-    res = rag.query(QUESTION, user=ALICE)
-    assert generator.count("generate") == 1 and generator.count("revise") == 0
-    assert res.answer.endswith("[S1]") and res.citations[0].source.endswith("vacation.md")
-    citations_step = step_data(rag.trace(res.trace_id, ALICE), "citations")[0]
-    assert citations_step["attributed_in_code"] == 1 and citations_step["ok"] is True
 
 
 # ---- web fallback and egress ----------------------------------------------------------------------------
@@ -488,7 +484,7 @@ def test_augment_with_web_keeps_corpus_passages_and_caps_confidence(make_rag: Ma
 
     def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> str:
         found = [(label, text) for label, text in sources_in(messages).items() if FACT in text]
-        return " ".join(f"{sentence_with(text, FACT)} [{label}]." for label, text in found)
+        return " ".join(f"{sentence_with(text, FACT)}. [{label}]" for label, text in found)
 
     generator, grader = llms(grade=GRADE_PARTIAL, generate=cite_every_source)
     rag = make_rag(
@@ -571,15 +567,17 @@ def test_hallucination_retries_are_capped_then_flagged(make_rag: MakeRag) -> Non
     assert res.answer == FLAGGED_ANSWER and res.citations == []
     assert generator.count("generate") == 1 and generator.count("revise") == 2 and grader.count("check") == 3
     assert res.evaluation["support"]["label"] == "not_supported"
-    assert res.evaluation["support"]["unsupported_claims"] == ["the stated number of days"]
+    assert res.evaluation["support"]["unsupported_claims"] == [
+        "Every employee receives 27 days of paid vacation per calendar year."
+    ]
     assert res.evaluation["confidence"] <= 0.2
     revise_prompt = next(msgs for name, msgs in generator.calls if name == "revise")[-1].content
-    assert "Not supported by the sources: the stated number of days" in revise_prompt
+    assert "Not supported by the sources: Every employee receives 27 days" in revise_prompt
 
 
 def test_hallucination_retry_that_succeeds_is_not_flagged(make_rag: MakeRag) -> None:
     replies = iter([check_reply(supported=False), CHECK_OK])
-    generator, grader = llms(check=lambda m, k: next(replies))
+    generator, grader = llms(check=lambda m, k: next(replies)(m, k))
     rag = make_rag(generator, grader)
     res = rag.query(QUESTION, user=ALICE)
     assert res.pipeline["hallucination_retries"] == 1 and res.pipeline["flagged_for_review"] is False
@@ -594,7 +592,10 @@ def test_usefulness_retries_are_capped(make_rag: MakeRag) -> None:
     p = res.pipeline
     assert p["usefulness_retries"] == 1 and p["flagged_for_review"] is False
     assert grader.count("rewrite") == 1 and generator.count("generate") == 2 and grader.count("check") == 2
-    assert grader.count("grade") == 1  # the rerun grades only passages it has not graded yet
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    asked = {g["node_id"] for d in step_data(trace, "grade") for g in d["grades"] if g["method"] == "llm"}
+    assert grader.count("grade") == len(asked)  # the rerun grades only passages it has not graded yet
     assert res.evaluation["usefulness"] == {"label": "not_useful", "score": 0.0}
     assert FACT in res.answer
 
@@ -636,7 +637,7 @@ def test_rate_limit_is_retried_with_backoff_then_succeeds(make_rag: MakeRag) -> 
     assert grader.count("check") == 3
     assert time.perf_counter() - t0 >= 0.05 + 0.1  # backoff 0.05 s, then 0.1 s
     assert res.pipeline["flagged_for_review"] is False and FACT in res.answer
-    assert res.pipeline["llm_calls"] == 3  # failed attempts are not successful calls
+    assert res.pipeline["llm_calls"] == grader.count("grade") + 2  # failed attempts are not successful calls
 
 
 def test_support_check_always_rate_limited_fails_closed(make_rag: MakeRag) -> None:
@@ -653,28 +654,21 @@ def test_support_check_always_rate_limited_fails_closed(make_rag: MakeRag) -> No
     assert res.evaluation["confidence"] <= 0.2
 
 
-def test_malformed_json_is_retried_then_fails_open_for_grading(make_rag: MakeRag) -> None:
-    generator, grader = llms(grade="not json", check="not json")
+def test_a_grader_reply_that_is_neither_yes_nor_no_leaves_passages_ungraded(make_rag: MakeRag) -> None:
+    """Not retried (the same prompt gets the same reply): the passages are kept ungraded, and a check reply
+    that is not JSON is retried, then the answer is flagged."""
+    generator, grader = llms(grade="Perhaps", check="not json")
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "llm_max_retries": 2})
     res = rag.query(QUESTION, user=ALICE)
 
-    assert grader.count("grade") == 3 and grader.count("check") == 3
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    grades = step_data(trace, "grade")[0]["grades"]
+    asked = [g for g in grades if g["method"] != "floor"]
+    assert asked and all((g["grade"], g["method"]) == ("ungraded", "fail-open") for g in asked)
+    assert grader.count("grade") == len(asked) and grader.count("check") == 3
     assert res.pipeline["decision"] == "augment"
     assert res.pipeline["flagged_for_review"] is True and res.answer == FLAGGED_ANSWER
-
-
-def test_json_missing_a_passage_is_retried(make_rag: MakeRag) -> None:
-    """Schema-valid JSON is required: a grade object that skips a passage is a malformed reply."""
-    grader_ok = grade_yes_if(FACT)
-    replies = iter([{"P1": {"evidence": "none"}}])
-
-    def first_incomplete(messages: list[Any], kwargs: dict[str, Any]) -> Any:
-        return next(replies, None) or grader_ok(messages, kwargs)
-
-    generator, grader = llms(grade=first_incomplete)
-    rag = make_rag(generator, grader)
-    res = rag.query(QUESTION, user=ALICE)
-    assert grader.count("grade") == 2 and res.pipeline["decision"] == "proceed"
 
 
 def test_generator_timeout_raises_a_clear_error_and_marks_the_trace_failed(make_rag: MakeRag) -> None:
@@ -703,8 +697,9 @@ def test_resume_after_a_crash_replays_finished_calls(make_rag: MakeRag) -> None:
     trace_id = recent["trace_id"]
     crashed = rag.trace(trace_id, ALICE)
     assert crashed is not None and crashed["status"] == "failed" and "Crash" in crashed["error"]
-    assert [c["name"] for c in crashed["llm_calls"]] == ["grade", "generate"]
-    drafted = crashed["llm_calls"][1]["response"]
+    graded = sum(1 for c in crashed["llm_calls"] if c["name"] == "grade")
+    assert graded >= 1 and [c["name"] for c in crashed["llm_calls"]] == ["grade"] * graded + ["generate"]
+    drafted = crashed["llm_calls"][-1]["response"]
     assert FACT in drafted
 
     generator2 = ScriptedLLM({"generate": must_not_run("generate"), "revise": must_not_run("revise")})
@@ -712,14 +707,14 @@ def test_resume_after_a_crash_replays_finished_calls(make_rag: MakeRag) -> None:
     resumed_rag = make_rag(generator2, grader2)
     res = resumed_rag.resume(trace_id, ALICE)
 
-    assert res.trace_id == trace_id and res.answer == drafted
+    assert res.trace_id == trace_id and res.answer == Draft.from_reply(drafted).render()
     assert [name for name, _ in grader2.calls] == ["check"] and generator2.calls == []
     assert res.pipeline["llm_calls"] == 1 and res.pipeline["llm_calls_replayed"] >= 1
     assert res.pipeline["flagged_for_review"] is False and res.citations
     done = resumed_rag.trace(trace_id, ALICE)
     assert done is not None and done["status"] == "done" and done["error"] is None
-    assert [c["name"] for c in done["llm_calls"]] == ["grade", "generate", "check"]
-    assert [c["seq"] for c in done["llm_calls"]] == [1, 2, 3]
+    assert [c["name"] for c in done["llm_calls"]] == ["grade"] * graded + ["generate", "check"]
+    assert [c["seq"] for c in done["llm_calls"]] == list(range(1, graded + 3))
     assert done["result"] == res.to_dict()
 
 
@@ -822,7 +817,6 @@ def test_concurrent_queries_share_one_workflow_and_keep_their_runs_apart(
     for (question, principal), res in zip(asks, results, strict=True):
         keyword = CONCURRENT[question]
         assert keyword in res.answer and res.citations and res.pipeline["decision"] == "proceed"
-        assert res.pipeline["llm_calls"] == 3
         trace = rag.trace(res.trace_id, principal)
         assert trace is not None and trace["question"] == question and trace["user_id"] == principal.user_id
         assert [s["step"] for s in trace["steps"]] == ["prepare", "retrieve", "grade", "refine", "generate",
@@ -830,7 +824,11 @@ def test_concurrent_queries_share_one_workflow_and_keep_their_runs_apart(
         assert step_data(trace, "retrieve")[0]["query"] == question
         assert step_data(trace, "generate")[0]["answer"] == res.answer
         calls = trace["llm_calls"]
-        assert [(c["name"], c["seq"]) for c in calls] == [("grade", 1), ("generate", 2), ("check", 3)]
+        graded = len(calls) - 2
+        assert res.pipeline["llm_calls"] == len(calls) and graded >= 1
+        assert [(c["name"], c["seq"]) for c in calls] == [
+            *(("grade", i) for i in range(1, graded + 1)), ("generate", graded + 1), ("check", graded + 2),
+        ]  # fmt: skip
         assert all(f"Question: {question}\n" in c["messages"][-1]["content"] for c in calls)
         assert trace["result"] == res.to_dict()
     assert rag.trace(results[0].trace_id, asks[1][1]) is None  # a trace is its owner's only

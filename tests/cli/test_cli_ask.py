@@ -27,7 +27,7 @@ def _scripted_query(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> tuple[s
     (tmp_path / "leave.md").write_text(DOC)
     rag = EnterpriseRAG(
         data_dir=tmp_path / "data", settings=load_settings(None, database={"dsn": fresh_dsn}), embed_model=embed_model,
-        generator=ScriptedLLM({"generate": answer_with("27 days"), "reconsider": answer_with("27 days")}),
+        generator=ScriptedLLM({"generate": answer_with("27 days")}),
         grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "check": CHECK_OK}),
     )  # fmt: skip
     rag.ingest([tmp_path / "leave.md"])
@@ -92,7 +92,7 @@ def test_chat_mode_follow_ups_use_the_history(
 
     rag = EnterpriseRAG(
         data_dir=tmp_path / "data", settings=load_settings(None, database={"dsn": fresh_dsn}), embed_model=embed_model,
-        generator=ScriptedLLM({"generate": answer_with("27 days"), "reconsider": answer_with("27 days")}),
+        generator=ScriptedLLM({"generate": answer_with("27 days")}),
         grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "check": CHECK_OK, "standalone": standalone}),
     )  # fmt: skip
     rag.ingest([tmp_path / "leave.md"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import socket
 import struct
 import time
@@ -30,7 +31,15 @@ from llama_index.core.schema import NodeWithScore, TextNode
 
 from enterprise_rag import Principal
 from enterprise_rag.config import RagSettings, load_settings
-from enterprise_rag.errors import ConfigError, LLMUnavailableError, PermissionDeniedError, RagError, WebSearchError
+from enterprise_rag.errors import (
+    ConfigError,
+    LLMError,
+    LLMUnavailableError,
+    PermissionDeniedError,
+    RagError,
+    WebSearchError,
+)
+from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.providers import Providers
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch, WebSearch, host_allowed
@@ -275,6 +284,55 @@ def test_openai_chat_500_forever_raises_after_the_retries(tmp_path: Path) -> Non
     assert isinstance(caught.value.__cause__, openai.InternalServerError)
     assert route.call_count == 2  # the first try and max_retries=1 retry
     assert elapsed < 10
+
+
+def _with_logprobs(body: dict[str, Any], top: list[tuple[str, float]]) -> dict[str, Any]:
+    """An OpenAI chat completion whose one generated token has these alternatives, as the API returns them."""
+    entries = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in top]
+    body["choices"][0]["logprobs"] = {"content": [{**entries[0], "top_logprobs": entries}], "refusal": None}
+    return body
+
+
+def test_openai_yes_probability_asks_for_logprobs_and_reads_them_from_the_sdk_response(tmp_path: Path) -> None:
+    providers = _chat_providers(tmp_path)
+    caller = LLMCaller({"grader": providers.generator}, None, timeout_s=10, max_retries=0)
+    top = [("Yes", math.log(0.6)), ("No", math.log(0.25)), (" yes", math.log(0.1)), ("The", math.log(0.05))]
+    messages = [ChatMessage(role="system", content="Reply yes or no."), ChatMessage(role="user", content="q")]
+    with respx.mock(assert_all_called=True, assert_all_mocked=True) as router:
+        route = router.post(f"{OPENAI}/chat/completions").mock(
+            return_value=httpx.Response(200, json=_with_logprobs(completion("Yes", 30, 1), top))
+        )
+        p_yes = caller.yes_probability("grader", "grade", messages, top_logprobs=5)
+
+    body = json.loads(route.calls.last.request.content)
+    assert body["logprobs"] is True and body["top_logprobs"] == 5 and body["max_tokens"] == 1
+    assert p_yes == pytest.approx(0.7 / 0.95)
+    assert (caller.stats.calls, caller.stats.prompt_tokens, caller.stats.completion_tokens) == (1, 30, 1)
+
+
+def test_openai_yes_probability_without_yes_or_no_or_without_logprobs_is_none(tmp_path: Path) -> None:
+    providers = _chat_providers(tmp_path)
+    caller = LLMCaller({"grader": providers.generator}, None, timeout_s=10, max_retries=0)
+    replies = [
+        httpx.Response(200, json=_with_logprobs(completion("The"), [("The", -0.1), ("It", -2.5)])),
+        httpx.Response(200, json=completion("Yes")),  # "logprobs": null: a server that does not return them
+    ]
+    with respx.mock(assert_all_called=True, assert_all_mocked=True) as router:
+        router.post(f"{OPENAI}/chat/completions").mock(side_effect=replies)
+        got = [caller.yes_probability("grader", "grade", [ChatMessage(role="user", content="q")]) for _ in replies]
+    assert got == [None, None] and caller.stats.failures == 0
+
+
+def test_openai_yes_probability_retries_through_the_caller_then_raises(tmp_path: Path) -> None:
+    providers = _chat_providers(tmp_path, max_retries=0)
+    caller = LLMCaller({"grader": providers.generator}, None, timeout_s=10, max_retries=2, backoff_s=0.01)
+    with respx.mock(assert_all_mocked=True) as router:
+        route = router.post(f"{OPENAI}/chat/completions").mock(
+            return_value=httpx.Response(500, json={"error": {"message": "down", "type": "server_error"}})
+        )
+        with pytest.raises(LLMError, match="'grade' failed"):
+            caller.yes_probability("grader", "grade", [ChatMessage(role="user", content="q")])
+    assert route.call_count == 1  # the SDK's bounded retries (0 here) are not multiplied by the caller's
 
 
 # --- Cohere rerank ----------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ ACLS: dict[str, tuple[str, list[str], list[str]]] = {
     "wildcards": ("hesperine", ["50%_off\\path", "%", "_"], []),
     "dashes": ("ivorlund", ["--", ";", "--;"], []),
     "json": ("jasperine", ['{"a":1}'], []),
-    "drop": ("kestrelon", [DROP], []),
+    "drop": ("osprelon", [DROP], []),
     "unicode": ("lumenfall", ["Grüße-グループ-🙂", "naïve café"], []),
     "long": ("mirrowick", [LONG_GROUP], []),
     "num_e": ("nettlebar", ["1e3"], []),
@@ -467,7 +467,7 @@ HOSTILE_QUESTIONS = [
     " ".join(f"w{i}" for i in range(2_500)),  # ~10k chars, thousands of distinct words
     ("quarterly policy procedure " + " ".join(MARKERS.values()) + " ") * 60,  # ~10k chars naming every doc
     "1e3 007 1=1 NULL true",
-    "fennimark kestrelon dunmorrow OR 1=1",  # markers of other users' documents
+    "fennimark osprelon dunmorrow OR 1=1",  # markers of other users' documents
 ]
 
 

@@ -41,9 +41,9 @@ from enterprise_rag.retrieval.retriever import PermissionScopedRetriever
 from enterprise_rag.store.parents import fetch_ancestors
 from enterprise_rag.store.search import Hit, SearchParams, search
 from enterprise_rag.store.traces import TraceStore
-from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.testing import ScriptedLLM, yes_probability
 from tests.support.acl import CachedQueryEmbedding, RecordingReranker, document_text
-from tests.support.workflow import passages_in, sources_in
+from tests.support.workflow import CHECK_OK, passage_in, sources_in
 
 # --- hostile alphabets --------------------------------------------------------------------------------
 
@@ -167,15 +167,15 @@ def echo_llms(rewrite_to: str) -> tuple[ScriptedLLM, ScriptedLLM]:
     sentence by sentence with its label (so a leaked source would surface in the answer), rewrites
     that ask for every marker."""
 
-    def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {pid: {"evidence": text[:60], "answers": "yes"} for pid, text in passages_in(messages).items()}
+    def grade(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        return yes_probability(1.0)
 
     def echo(messages: list[Any], kwargs: dict[str, Any]) -> str:
         sources = sources_in(messages)
-        return " ".join(f"{s} [{label}]" for label, text in sources.items() for s in _sentences(text)) or "none"
+        return "\n".join(f"{s} [{label}]" for label, text in sources.items() for s in _sentences(text)) or "none"
 
-    check = {"claims": [{"claim": "as stated", "supported": True}], "answers_question": True}
-    generator = ScriptedLLM({"generate": echo, "revise": echo, "reconsider": echo})
+    check = CHECK_OK
+    generator = ScriptedLLM({"generate": echo, "revise": echo})
     # "standalone": the follow-up rewrite, the same prompt in the workflow and in the retriever
     tasks = {"grade": grade, "check": check, "standalone": rewrite_to, "rewrite": rewrite_to}
     grader = ScriptedLLM(tasks)
@@ -311,7 +311,7 @@ def run_query(c: LeakCorpus, p: Principal, q: str) -> QueryProbe:
     prompts = generator.calls[before[0] :] + grader.calls[before[1] :]  # type: ignore[attr-defined]
     for name, messages in prompts:
         if name == "grade":
-            bad += c.leaked_texts(p, list(passages_in(messages).values()))
+            bad += c.leaked_texts(p, [passage_in(messages)])
         elif name in ("generate", "revise", "check"):
             bad += c.leaked_texts(p, list(sources_in(messages).values()))
     return QueryProbe(bad, res.trace_id)
@@ -354,8 +354,8 @@ def recorded_tavily() -> Iterator[list[str]]:
 def web_rag(c: LeakCorpus, data_dir: Path, egress_groups: list[str]) -> EnterpriseRAG:
     """A second instance on the same store: Tavily fallback for ``egress_groups``, every passage graded no."""
     generator, _ = echo_llms(c.question_all)
-    no = {"grade": lambda m, k: {pid: {"evidence": "none", "answers": "no"} for pid in passages_in(m)},
-          "check": {"claims": [{"claim": "as stated", "supported": True}], "answers_question": True},
+    no = {"grade": yes_probability(0.0),
+          "check": CHECK_OK,
           "rewrite": "leave policy", "standalone": "leave policy"}  # fmt: skip
     dsn = c.rag.settings.database.dsn
     assert dsn is not None

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from enterprise_rag import Principal
+from enterprise_rag.config import WorkflowSettings
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
-from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.testing import ScriptedLLM, TokenProbabilities, yes_probability
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
 
@@ -34,12 +35,10 @@ Handler = Callable[[list[Any], dict[str, Any]], Any]
 
 
 # ---- reading the prompts ----------------------------------------------------------------------------------
-def passages_in(messages: list[Any]) -> dict[str, str]:
-    """The graded passages of a 'grade' prompt, by id (P1..Pn)."""
+def passage_in(messages: list[Any]) -> str:
+    """The one passage of a 'grade' prompt."""
     body = messages[-1].content
-    block = body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]
-    parts = re.split(r"(?m)^\[(P\d+)\]\n", block)
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+    return str(body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]).strip()
 
 
 def sources_in(messages: list[Any]) -> dict[str, str]:
@@ -59,28 +58,26 @@ def sentence_with(text: str, keyword: str) -> str:
 
 # ---- scripted handlers ------------------------------------------------------------------------------------
 def grade_yes_if(keyword: str) -> Handler:
-    """'yes' with evidence copied from the passage when it contains ``keyword``, else 'no'."""
+    """A certain 'yes' (p(yes) = 1) for a passage containing ``keyword``, else a certain 'no'."""
 
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        out = {}
-        for pid, text in passages_in(messages).items():
-            if keyword.lower() in text.lower():
-                out[pid] = {"evidence": sentence_with(text, keyword)[:80], "answers": "yes"}
-            else:
-                out[pid] = {"evidence": "none", "answers": "no"}
-        return out
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
+        return yes_probability(1.0 if keyword.lower() in passage_in(messages).lower() else 0.0)
 
     return handler
 
 
-def grade_all(answers: str, evidence: str) -> Handler:
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {pid: {"evidence": evidence, "answers": answers} for pid in passages_in(messages)}
+def grade_all(p_yes: float) -> Handler:
+    """Every passage gets the same p(yes)."""
+
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
+        return yes_probability(p_yes)
 
     return handler
 
 
-GRADE_NO = grade_all("no", "none")
+GRADE_NO = grade_all(0.0)
+# Between the (partial, yes) thresholds a grader model without fitted ones gets (the scripted model's).
+GRADE_PARTIAL = grade_all(sum(WorkflowSettings().grade_thresholds_fallback) / 2)
 
 
 def answer_with(keyword: str) -> Handler:
@@ -89,14 +86,23 @@ def answer_with(keyword: str) -> Handler:
     def handler(messages: list[Any], kwargs: dict[str, Any]) -> str:
         for label, text in sources_in(messages).items():
             if keyword.lower() in text.lower():
-                return f"{sentence_with(text, keyword)} [{label}]."
+                return f"{sentence_with(text, keyword)}. [{label}]"
         return NOT_FOUND_ANSWER
 
     return handler
 
 
-def check_reply(supported: bool = True, answers: bool = True) -> dict[str, Any]:
-    return {"claims": [{"claim": "the stated number of days", "supported": supported}], "answers_question": answers}
+def claim_ids(kwargs: dict[str, Any]) -> list[str]:
+    """The claim ids a 'check' call must give a verdict for (from its JSON schema)."""
+    required = kwargs["response_format"]["json_schema"]["schema"]["required"]
+    return [r for r in required if r != "answers_question"]
+
+
+def check_reply(supported: bool = True, answers: bool = True) -> Handler:
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {**{cid: {"supported": supported} for cid in claim_ids(kwargs)}, "answers_question": answers}
+
+    return handler
 
 
 CHECK_OK = check_reply()
@@ -120,11 +126,9 @@ def write_docs(folder: Path, docs: dict[str, str]) -> Path:
 def llms(
     grade: Any = None, generate: Any = None, check: Any = CHECK_OK, **more: Any
 ) -> tuple[ScriptedLLM, ScriptedLLM]:
-    """(generator, grader) with the usual handlers; ``more`` adds grader tasks (rewrite, standalone), revise and
-    reconsider (the second opinion; by default the generate handler)."""
+    """(generator, grader) with the usual handlers; ``more`` adds grader tasks (rewrite, standalone) and revise."""
     generate = generate or answer_with(FACT)
-    gen_handlers = {"generate": generate, "revise": more.pop("revise", answer_with(FACT)),
-                    "reconsider": more.pop("reconsider", generate)}  # fmt: skip
+    gen_handlers = {"generate": generate, "revise": more.pop("revise", answer_with(FACT))}
     grader_handlers = {"grade": grade or grade_yes_if(FACT), "check": check,
                        "rewrite": "paid vacation days per calendar year", **more}  # fmt: skip
     return ScriptedLLM(gen_handlers), ScriptedLLM(grader_handlers)

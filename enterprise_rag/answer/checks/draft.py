@@ -1,91 +1,83 @@
-"""The review of a draft answer in code, before any model checks it.
+"""A structured answer draft: whether the sources answer, and the answer as sentences with their evidence.
 
-Citations are repaired first (a sentence copied from a source gets its label, a
-mis-cited copy is relabelled), then checked: labels exist, factual sentences are
-cited, quotes are found, and every cited sentence is grounded in its sources; and
-no part of a many-part question is left out while the sources speak to it. A
-second opinion (the generator told the answer is there, with no not-found exit)
-is held to more: its uncited sentences are dropped rather than revised, a sentence
-of it saying the sources lack the answer makes it a not-found ("[S1] Northwind
-Finance is a company that operates in the financial industry. The sources do not
-provide any information about the current CEO."), a number it states must be in
-the sources or the question, and it is never revised, only kept or discarded
-(:attr:`DraftReview.fit_as_second_opinion`).
+The generator replies with the answer, ``[S1]``-style labels after its sentences, or
+with exactly the not-found answer. That whole reply is the not-found signal: no
+phrase inside an answer is ("You don't have to ..." is a cited fact like any other).
+Code finds and checks the evidence of every sentence in the sources it cites
+(:mod:`enterprise_rag.answer.checks.verification`) and renders what survives.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
-from enterprise_rag.answer.checks.attribution import attribute_citations, reattribute_citations
-from enterprise_rag.answer.checks.citations import (
-    CitationReport,
-    check_citations,
-    drop_uncited,
-    says_nothing,
-    states_not_found,
-)
-from enterprise_rag.answer.checks.coverage import unanswered_parts
-from enterprise_rag.answer.checks.grounding import grounding_feedback, ungrounded_sentences
-from enterprise_rag.answer.checks.numbers import invented_numbers
+from enterprise_rag.answer.checks.citations import cited_labels, split_sentences, strip_citations
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
+
+_BARE = re.compile(r"[\W_]+")
+
+
+def _bare(text: str) -> str:
+    """Letters and digits only, lower case: the not-found reply with or without its quotes and period."""
+    return _BARE.sub(" ", text.casefold()).strip()
+
+
+_LIST_MARKER = re.compile(r"^(?:[-*+\u2022]|\d{1,3}[.)])\s+")
 
 
 @dataclass(frozen=True)
-class DraftReview:
-    answer: str  # the draft with its citations repaired (and, for a second opinion, uncited sentences dropped)
-    citations: CitationReport
-    attributed: int  # uncited sentences given the label of the source they were copied from
-    relabelled: int  # cited sentences moved to the source that does ground them
-    invented_numbers: list[str]
-    ungrounded: list[str]
-    unanswered: list[str]  # parts of the question left out (never asked of a second opinion)
-    admits_not_found: bool  # a second opinion with a "the sources do not say" sentence
+class Quote:
+    """The evidence of a sentence in source ``label``: the passage of it that supports the sentence."""
+
+    label: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Sentence:
+    text: str  # without citation brackets
+    quotes: tuple[Quote, ...]
 
     @property
-    def needs_revision(self) -> bool:
-        return not self.citations.ok or bool(self.ungrounded) or bool(self.unanswered)
+    def labels(self) -> list[str]:
+        return list(dict.fromkeys(q.label for q in self.quotes))
+
+    def render(self) -> str:
+        cites = "".join(f"[{label}]" for label in self.labels)
+        return f"{self.text} {cites}".strip()
+
+
+@dataclass(frozen=True)
+class Draft:
+    found: bool
+    sentences: tuple[Sentence, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_reply(cls, reply: str) -> Draft:
+        """The draft of a generator reply: not found when the reply is the not-found answer itself (the whole
+        reply, not a phrase inside it); else its sentences and the labels each cites (their evidence is
+        found in code). Sentences with no words are left out."""
+        if _bare(reply) == _bare(NOT_FOUND_ANSWER):
+            return cls(False)
+        sentences = []
+        for unit in split_sentences(reply):
+            text = _LIST_MARKER.sub("", strip_citations(unit)).strip()
+            if any(ch.isalnum() for ch in text):
+                sentences.append(Sentence(text, tuple(Quote(label, "") for label in cited_labels(unit))))
+        return cls(True, tuple(sentences))
 
     @property
-    def fit_as_second_opinion(self) -> bool:
-        return (
-            not self.needs_revision
-            and not self.invented_numbers
-            and not self.admits_not_found
-            and not says_nothing(self.answer)
-        )
+    def not_found(self) -> bool:
+        """Only ``found: false`` or an empty answer is a not-found, whatever the sentences say."""
+        return not self.found or not self.sentences
 
-    def feedback(self) -> str:
-        """Lines for the revision prompt."""
-        left_out = [
-            f"The answer does not address this part of the question: {part} Add what the sources say about it."
-            for part in self.unanswered
-        ]
-        return "\n".join([self.citations.feedback(), grounding_feedback(self.ungrounded), *left_out]).strip()
+    def render(self) -> str:
+        """The answer text: many short sentences as a list (after the line introducing it), else a paragraph."""
+        items = [s for s in self.sentences if not s.text.endswith(":")]
+        if len(items) < 4 or any(len(s.text) > 160 for s in items):
+            return " ".join(s.render() for s in self.sentences)
+        return "\n".join(s.render() if s.text.endswith(":") else f"- {s.render()}" for s in self.sentences)
 
-    def to_trace(self) -> dict[str, object]:
-        return {
-            "ok": self.citations.ok, "attributed_in_code": self.attributed, "relabelled_in_code": self.relabelled,
-            "invented_numbers": self.invented_numbers, "ungrounded": self.ungrounded, "unanswered": self.unanswered,
-            "admits_not_found": self.admits_not_found,
-            "issues": [(i.kind, i.detail) for i in self.citations.issues],
-        }  # fmt: skip
-
-
-def review_draft(
-    answer: str, sources: Mapping[str, str], question: str, *, second_opinion: bool, rephrased: str = ""
-) -> DraftReview:
-    """Review ``answer`` to ``question`` against ``sources`` (label -> text). The words of the question and of
-    its ``rephrased`` form (a follow-up as asked, or its rewrite) may be repeated without a source."""
-    asked = f"{question}\n{rephrased}"
-    answer, attributed = attribute_citations(answer, sources)
-    answer, relabelled = reattribute_citations(answer, sources, asked)
-    report = check_citations(answer, sources)
-    admits_not_found = second_opinion and states_not_found(answer)
-    if second_opinion and report.cited_labels:  # told the answer is there, the model pads: drop, not revise
-        answer = drop_uncited(answer, report)
-        report = check_citations(answer, sources)
-    invented = invented_numbers(answer, [*sources.values(), asked]) if second_opinion else []
-    unanswered = [] if second_opinion else unanswered_parts(question, answer, sources.values())
-    ungrounded = ungrounded_sentences(answer, sources, asked)
-    return DraftReview(answer, report, attributed, relabelled, invented, ungrounded, unanswered, admits_not_found)
+    def keep(self, sentences: list[Sentence]) -> Draft:
+        return Draft(self.found, tuple(sentences))

@@ -1,19 +1,22 @@
-"""Relevance grading of retrieved passages: one batched grader call for all of them.
+"""Relevance grading of retrieved passages from the grader model's probability of answering "yes".
 
-Passages whose dense similarity to the question is below a floor are rejected
-without a call; grades are cached by (question, passage content, model); a
-failed or incomplete grading call keeps the passages, marked ``ungraded``
-(fail-open: a grading outage must not hide the documents).
+Each passage is asked about in a call of its own that generates one token with
+logprobs: p(yes) is the probability mass of "yes" over that of "yes" and "no"
+(:meth:`LLMCaller.yes_probability`). Two thresholds per grader model, fitted on
+labelled data (``workflow.grade_thresholds``, ``benchmarks/grading.py``), map it
+to yes / partial / no; the probability is the grade's confidence. Nothing
+overrules the model: not a passage's headings, not its similarity.
 
-A small grader model is unreliable in one direction above all: it answers
-"none"/"no" for every passage of a batch, the answering one included. A "no"
-is therefore downgraded to ``partial`` (never upgraded to yes) where retrieval
-has strong evidence of its own: a dense similarity at or above ``keep_similarity``,
-or a heading that names an identifier of the question (a code such as AB-123), which
-embeddings barely tell from its neighbours, or an acronym of it (a small grader
-can say no to every section of a guide named after what the question asks
-about). The passage reaches the generator, which still says
-plainly when it holds no answer.
+The prompt puts the rules and the question before the passage, so the calls of
+one question share their prefix and a local server reads it once.
+
+Passages whose dense similarity to the question is below the embedding model's
+floor are rejected without a call. Probabilities are cached by (question,
+passage content, model, prompt), and the thresholds are applied when a grade is
+read, so a new threshold takes effect on cached passages too. A failed call, or
+a reply with neither "yes" nor "no" among its likely first tokens, leaves the
+passage ``ungraded`` (fail-open: a grading outage must not hide the documents);
+after a failed call the question's remaining passages are not asked either.
 """
 
 from __future__ import annotations
@@ -30,15 +33,16 @@ from llama_index.core.schema import NodeWithScore
 
 from enterprise_rag.errors import LLMError
 from enterprise_rag.llm.caller import LLMCaller
-from enterprise_rag.llm.prompts import GRADE_RULES, grade_messages, grade_schema
+from enterprise_rag.llm.prompts import grade_messages
 from enterprise_rag.retrieval.windows import focus, paragraphs
 from enterprise_rag.store import Database
 from enterprise_rag.store.grade_cache import cached_grades, store_grades
-from enterprise_rag.text import is_heading, names, query_words
+from enterprise_rag.text import query_words
 
 logger = logging.getLogger(__name__)
 
 GradeLabel = Literal["yes", "partial", "no", "ungraded"]
+TOP_LOGPROBS = 10
 
 
 @dataclass(frozen=True)
@@ -47,35 +51,16 @@ class Grade:
     grade: GradeLabel
     reason: str
     confidence: float
-    method: Literal["llm", "cache", "floor", "similarity", "identifier", "fail-open"]
+    method: Literal["llm", "cache", "floor", "fail-open"]
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def headings(node: NodeWithScore) -> str:
-    """A passage's breadcrumb and its own heading lines: what it says it is about."""
-    lines = [line for line in node.node.get_content().splitlines() if is_heading(line)]
-    return "\n".join([str(node.node.metadata.get("breadcrumb") or ""), *lines])
-
-
-def evidence_found(evidence: str, passage: str) -> bool:
-    """Whether the quoted evidence really is in the passage (small models invent it)."""
-    words = [w for w in query_words(evidence) if len(w) > 2]
-    if not words or evidence.strip().lower() in ("none", "n/a", ""):
-        return False
-    present = set(query_words(passage))
-    return sum(1 for w in words if w in present) / len(words) >= 0.6
-
-
-def _from_reply(node_id: str, item: dict[str, str], passage: str) -> Grade:
-    """yes only with evidence found in the passage; a claimed answer without it is partial."""
-    evidence = str(item["evidence"])[:200]
-    if item["answers"] == "no":
-        return Grade(node_id, "no", evidence, 0.8, "llm")
-    if evidence_found(evidence, passage):
-        return Grade(node_id, "yes", evidence, 0.9, "llm")
-    return Grade(node_id, "partial", f"evidence not found in passage: {evidence}", 0.5, "llm")
+def label(p_yes: float, thresholds: tuple[float, float]) -> GradeLabel:
+    """yes at or above the upper threshold, partial at or above the lower one, else no."""
+    partial, yes = thresholds
+    return "yes" if p_yes >= yes else "partial" if p_yes >= partial else "no"
 
 
 def _digest(text: str) -> str:
@@ -83,81 +68,72 @@ def _digest(text: str) -> str:
 
 
 class Grader:
+    """Grades passages for a question; ``thresholds`` are (partial, yes) on p(yes), ``floor`` the dense
+    similarity under which a passage is rejected without a call (None: no floor)."""
+
     def __init__(
         self,
         db: Database,
         caller: LLMCaller,
         *,
-        floor: float,
-        keep_similarity: float,
+        thresholds: tuple[float, float],
+        floor: float | None,
         passage_chars: int,
         embed_model: BaseEmbedding | None = None,
     ) -> None:
         self._db = db
         self._embed_model = embed_model
         self._caller = caller
+        self._thresholds = thresholds
         self._floor = floor
-        self._keep_similarity = keep_similarity
         self._passage_chars = passage_chars
 
     def grade(self, question: str, nodes: list[NodeWithScore]) -> list[Grade]:
         """Grades in the order of ``nodes``."""
         # The prompt and how passages are cut to fit it are part of the key: a change must not reuse old grades.
         view = ("dense+codes" if self._embed_model is not None else "words") + "+withheld"
-        model = f"{self._caller.model_id('grader')}|{_digest(GRADE_RULES)[:12]}|{view}"
-        qhash = _digest(question.strip().lower())
+        prompt = "".join(m.content or "" for m in grade_messages("{question}", "{passage}"))
+        model = f"{self._caller.model_id('grader')}|p-yes|{_digest(prompt)[:12]}|{view}"
+        qhash = _digest(question.strip())
         grades: dict[str, Grade] = {}
         to_grade: list[NodeWithScore] = []
         for n in nodes:
             similarity = n.node.metadata.get("similarity")
-            if similarity is not None and similarity < self._floor:
+            if self._floor is not None and similarity is not None and similarity < self._floor:
                 grades[n.node.node_id] = Grade(n.node.node_id, "no", f"similarity {similarity:.2f} below floor",
                                                1.0, "floor")  # fmt: skip
             else:
                 to_grade.append(n)
-        cached = self._cached(qhash, model, to_grade)
-        grades.update(cached)
-        pending = [n for n in to_grade if n.node.node_id not in cached]
+        grades.update(self._cached(qhash, model, to_grade))
+        pending = [n for n in to_grade if n.node.node_id not in grades]
         if pending:
-            fresh = self._ask(question, pending)
-            grades.update(fresh)
+            grades.update(self._ask(question, pending))
             self._store(qhash, model, [n for n in pending if grades[n.node.node_id].method == "llm"], grades)
-        asked = names(question)
-        return [self._doubt_no(grades[n.node.node_id], n, asked) for n in nodes]
+        return [grades[n.node.node_id] for n in nodes]
 
-    def _doubt_no(self, grade: Grade, node: NodeWithScore, asked: set[str]) -> Grade:
-        """A grader "no" on a strong dense match, or on a passage headed by an identifier or acronym the
-        question names, becomes partial (see the module docstring)."""
-        if grade.grade != "no" or grade.method == "floor":
-            return grade
-        similarity = node.node.metadata.get("similarity")
-        named = sorted(asked & names(headings(node)))
-        method: Literal["identifier", "similarity"]
-        if named:
-            evidence, method = f"its heading names {', '.join(named)}", "identifier"
-        elif similarity is not None and similarity >= self._keep_similarity:
-            evidence, method = f"similarity {similarity:.2f} >= {self._keep_similarity:.2f}", "similarity"
-        else:
-            return grade
-        reason = f"grader said no ({grade.reason[:120]}), but {evidence}"
-        return Grade(grade.node_id, "partial", reason, 0.4, method)
+    def _from_probability(self, node_id: str, p_yes: float, method: Literal["llm", "cache"]) -> Grade:
+        return Grade(node_id, label(p_yes, self._thresholds), f"p(yes)={p_yes:.2f}", p_yes, method)
 
     def _ask(self, question: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
-        ids = {f"P{i}": n.node.node_id for i, n in enumerate(nodes, 1)}
-        passages = []
-        for pid, n, window in zip(ids, nodes, self._windows(question, nodes), strict=True):
+        """One call per passage, in order (the shared prefix stays in the server's cache)."""
+        out: dict[str, Grade] = {}
+        for n, window in zip(nodes, self._windows(question, nodes), strict=True):
+            nid = n.node.node_id
             crumb = n.node.metadata.get("breadcrumb") or n.node.metadata.get("title") or ""
-            passages.append((pid, f"{crumb}\n{window}".strip()))
-        try:  # a small model pretty-prints: ~50 tokens per passage with an 80-character evidence
-            reply = self._caller.call(
-                "grader", "grade", grade_messages(question, passages), max_tokens=64 * len(nodes) + 32,
-                schema=grade_schema(list(ids)),
-            )  # fmt: skip
-        except LLMError as exc:
-            logger.warning("grading failed, keeping all passages ungraded: %s", exc)
-            return {nid: Grade(nid, "ungraded", "grading failed", 0.0, "fail-open") for nid in ids.values()}
-        texts = dict(passages)
-        return {nid: _from_reply(nid, reply[pid], texts[pid]) for pid, nid in ids.items()}
+            messages = grade_messages(question, f"{crumb}\n{window}".strip())
+            try:
+                p_yes = self._caller.yes_probability("grader", "grade", messages, top_logprobs=TOP_LOGPROBS)
+            except LLMError as exc:
+                logger.warning("grading failed, keeping the remaining passages ungraded: %s", exc)
+                for rest in nodes:
+                    out.setdefault(rest.node.node_id, Grade(rest.node.node_id, "ungraded", "grading failed", 0.0,
+                                                            "fail-open"))  # fmt: skip
+                return out
+            if p_yes is None:
+                out[nid] = Grade(nid, "ungraded", "neither yes nor no among the likely replies", 0.0, "fail-open")
+            else:
+                out[nid] = self._from_probability(nid, p_yes, "llm")
+        return out
 
     def _windows(self, question: str, nodes: list[NodeWithScore]) -> list[str]:
         """What the grader sees of each passage: long ones cut around their paragraph most similar to the
@@ -185,19 +161,18 @@ class Grader:
         return [focus(question, t, self._passage_chars, relevance.get(i)) for i, t in enumerate(texts)]
 
     def _cached(self, qhash: str, model: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
+        """Cached probabilities, labelled with the current thresholds."""
         if not nodes:
             return {}
         by_hash = {_digest(n.node.get_content()): n.node.node_id for n in nodes}
         with self._db.connection() as conn:
             stored = cached_grades(conn, qhash, model, list(by_hash))
-        return {
-            by_hash[h]: Grade(by_hash[h], g["grade"], g["reason"], g["confidence"], "cache") for h, g in stored.items()
-        }
+        return {by_hash[h]: self._from_probability(by_hash[h], float(g["p_yes"]), "cache") for h, g in stored.items()}
 
     def _store(self, qhash: str, model: str, nodes: list[NodeWithScore], grades: dict[str, Grade]) -> None:
         if not nodes:
             return
         entries = [(_digest(n.node.get_content()), grades[n.node.node_id]) for n in nodes]
-        payloads = [(h, {"grade": g.grade, "reason": g.reason, "confidence": g.confidence}) for h, g in entries]
+        payloads = [(h, {"p_yes": g.confidence, "grade": g.grade, "reason": g.reason}) for h, g in entries]
         with self._db.connection() as conn:
             store_grades(conn, qhash, model, payloads)

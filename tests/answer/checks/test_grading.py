@@ -1,22 +1,29 @@
-"""What the grader sees of a long passage: the window around its paragraph most about the question.
+"""Relevance grading from the grader model's probability of "yes", and what it sees of a long passage.
 
 The grader runs on the real embedded PostgreSQL (its grade cache) with the real
 local embedding model; only the grader LLM is a :class:`ScriptedLLM` that
-records the prompt and answers "yes" when the answering paragraph is in it.
+records each prompt and returns first-token probabilities the way the local
+engine does (``choices[0].logprobs.content[0].top_logprobs``).
 """
 
 from __future__ import annotations
 
-import re
+import math
+from pathlib import Path
 from typing import Any
 
+import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from enterprise_rag import EnterpriseRAG
-from enterprise_rag.answer.checks.grading import Grader
-from enterprise_rag.llm.caller import LLMCaller
+from enterprise_rag.answer.checks.grading import Grade, Grader, label
+from enterprise_rag.config import FITTED_GRADE_THRESHOLDS, WorkflowSettings, load_settings
+from enterprise_rag.errors import LLMError
+from enterprise_rag.llm.caller import LLMCaller, top_logprobs_of, yes_share
 from enterprise_rag.retrieval.windows import focus, paragraphs
-from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.testing import ScriptedLLM, TokenProbabilities, yes_probability
+from tests.support.workflow import ALICE, CHECK_OK, DOCS, llms, passage_in, write_docs
+from tests.support.workflow import QUESTION as VACATION_QUESTION
 
 QUESTION = "Above what amount do I need to attach an itemised receipt to an expense claim?"
 ANSWER = "An itemised receipt is required for any single cost over $25; smaller costs need a short description."
@@ -53,22 +60,27 @@ def test_focus_grows_the_window_around_the_most_relevant_paragraph() -> None:
     assert focus(QUESTION, PARENT, 400, [0.9]) == focus(QUESTION, PARENT, 400)
 
 
+def grader_with(rag: EnterpriseRAG, handler: Any, **kwargs: Any) -> tuple[Grader, ScriptedLLM]:
+    llm = ScriptedLLM({"grade": handler}, model_name=kwargs.pop("model_name", "scripted"))
+    caller = LLMCaller({"grader": llm}, max_retries=kwargs.pop("max_retries", 0), backoff_s=0.0)
+    options = {"thresholds": (0.2, 0.6), "floor": None, "passage_chars": 400, **kwargs}
+    return Grader(rag.db, caller, **options), llm
+
+
+def nodes_of(passages: dict[str, str], **metadata: Any) -> list[NodeWithScore]:
+    return [NodeWithScore(node=TextNode(id_=k, text=v, metadata=dict(metadata)), score=1.0)
+            for k, v in passages.items()]  # fmt: skip
+
+
 def grader_prompts(rag: EnterpriseRAG, embed_model: Any) -> tuple[list[str], str]:
     """Grade PARENT (plus a short passage) once; return the grade prompts and the parent's grade."""
     prompts: list[str] = []
 
-    def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        body = messages[-1].content
-        prompts.append(body)
-        return {
-            pid: {"evidence": ANSWER[:60], "answers": "yes"}
-            if ANSWER in text
-            else {"evidence": "none", "answers": "no"}
-            for pid, text in re.findall(r"(?ms)^\[(P\d+)\]\n(.*?)(?=^\[P\d+\]$|</passages>)", body)
-        }
+    def grade(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
+        prompts.append(messages[-1].content)
+        return yes_probability(0.9 if ANSWER in passage_in(messages) else 0.05)
 
-    caller = LLMCaller({"grader": ScriptedLLM({"grade": grade})})
-    grader = Grader(rag.db, caller, floor=0.0, keep_similarity=1.0, passage_chars=400, embed_model=embed_model)
+    grader, _ = grader_with(rag, grade, embed_model=embed_model)
     nodes = [
         NodeWithScore(node=TextNode(id_="parent", text=PARENT, metadata={"breadcrumb": "Expense Policy"}), score=1.0),
         NodeWithScore(node=TextNode(id_="short", text="Parking permits are renewed in January."), score=0.5),
@@ -79,7 +91,7 @@ def grader_prompts(rag: EnterpriseRAG, embed_model: Any) -> tuple[list[str], str
 
 def test_grader_sees_the_answering_paragraph_of_a_long_passage(rag: EnterpriseRAG, embed_model: Any) -> None:
     prompts, grade = grader_prompts(rag, embed_model)
-    assert len(prompts) == 1 and ANSWER in prompts[0] and "Parking permits" in prompts[0]
+    assert len(prompts) == 2 and ANSWER in prompts[0] and "Parking permits" in prompts[1]
     assert "## 1. Overview" not in prompts[0]
     assert grade == "yes"
 
@@ -94,7 +106,7 @@ def test_without_an_embedding_model_the_shared_words_window_misses_it(rag: Enter
 def test_grades_cut_by_words_are_not_reused_for_dense_windows(rag: EnterpriseRAG, embed_model: Any) -> None:
     assert grader_prompts(rag, None)[1] == "no"
     prompts, grade = grader_prompts(rag, embed_model)
-    assert len(prompts) == 1 and grade == "yes"  # asked again, not read from the cache
+    assert len(prompts) == 2 and grade == "yes"  # asked again, not read from the cache
 
 
 def test_a_paragraph_holding_a_code_of_the_question_is_shown_first(rag: EnterpriseRAG, embed_model: Any) -> None:
@@ -110,60 +122,163 @@ def test_a_paragraph_holding_a_code_of_the_question_is_shown_first(rag: Enterpri
 
     prompts: list[str] = []
 
-    def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def grade(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
         prompts.append(messages[-1].content)
-        return {"P1": {"evidence": "none", "answers": "no"}}
+        return yes_probability(0.0)
 
-    grader = Grader(rag.db, LLMCaller({"grader": ScriptedLLM({"grade": grade})}), floor=0.0, keep_similarity=1.0,
-                    passage_chars=300, embed_model=embed_model)  # fmt: skip
+    grader, _ = grader_with(rag, grade, passage_chars=300, embed_model=embed_model)
     grader.grade(question, [NodeWithScore(node=TextNode(id_="codes", text=parent), score=1.0)])
     assert target in prompts[0] and decoy not in prompts[0]
 
 
-def grader_saying_no(rag: EnterpriseRAG) -> Grader:
-    """A grader whose model says no to every passage, with the similarity doubt out of the way."""
-
-    def grade(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        ids = kwargs["response_format"]["json_schema"]["schema"]["required"]
-        return {pid: {"evidence": "none", "answers": "no"} for pid in ids}
-
-    return Grader(rag.db, LLMCaller({"grader": ScriptedLLM({"grade": grade})}), floor=0.0, keep_similarity=1.0,
-                  passage_chars=400)  # fmt: skip
+# ---- p(yes) and the thresholds -----------------------------------------------------------------------------
+def test_p_yes_sums_every_spelling_of_yes_and_no_among_the_top_tokens() -> None:
+    top = [("Yes", math.log(0.5)), ("No", math.log(0.2)), (" yes", math.log(0.1)), ("YES", math.log(0.1)),
+           ("no", math.log(0.05)), ("The", math.log(0.05))]  # fmt: skip
+    assert yes_share(top) == pytest.approx(0.7 / 0.95)
+    assert yes_share([("yes", 0.0)]) == 1.0 and yes_share([("No", -0.1)]) == 0.0
+    assert yes_share([("Maybe", -0.1), ("The", -2.0)]) is None and yes_share([]) is None
 
 
-def test_a_no_on_a_passage_headed_by_the_questions_identifier_becomes_partial(rag: EnterpriseRAG) -> None:
-    """Only an exact identifier in a heading overrules the grader: not a near code, not a mention in the body."""
-    question = "What should I tell a customer who sees E-4120 when sending a payment?"
-    passages = {
-        "named": "## E-4120 - Daily transfer limit exceeded\nThe fix is a temporary limit increase with form LD-7.",
-        "near": "## E-4102 - Account number failed checksum\nAsk the customer to re-enter the account number.",
-        "mention": "## Reporting a new code\nCodes such as E-4120 are listed above; report any other code.",
-        "crumb": "**Fix.** Ask the customer to wait for the daily limit to reset.",
-    }
-    nodes = [NodeWithScore(node=TextNode(id_=k, text=v), score=1.0) for k, v in passages.items()]
-    nodes[3].node.metadata["breadcrumb"] = "Error Codes > E-4120 - Daily transfer limit exceeded"
-
-    grades = {g.node_id: g for g in grader_saying_no(rag).grade(question, nodes)}
-    assert {k: (g.grade, g.method) for k, g in grades.items()} == {
-        "named": ("partial", "identifier"), "near": ("no", "llm"), "mention": ("no", "llm"),
-        "crumb": ("partial", "identifier"),
-    }  # fmt: skip
-    assert "e-4120" in grades["named"].reason
+def test_top_logprobs_are_read_from_the_local_dict_and_absent_logprobs_are_none() -> None:
+    raw = {"choices": [{"logprobs": {"content": [{"token": "No", "logprob": -0.1,
+                                                  "top_logprobs": [{"token": "No", "logprob": -0.1}]}]}}]}  # fmt: skip
+    assert top_logprobs_of(raw) == [("No", -0.1)]
+    assert top_logprobs_of({"choices": [{"logprobs": None}]}) is None
+    assert top_logprobs_of({"usage": {}}) is None and top_logprobs_of(None) is None
 
 
-def test_a_no_on_a_passage_headed_by_the_questions_acronym_becomes_partial(rag: EnterpriseRAG) -> None:
-    """An acronym of the question in the title overrules a "no"; another acronym or the word in the body does not."""
+def test_thresholds_map_p_yes_to_yes_partial_and_no() -> None:
+    assert [label(p, (0.2, 0.6)) for p in (0.0, 0.19, 0.2, 0.59, 0.6, 1.0)] == [
+        "no", "no", "partial", "partial", "yes", "yes",
+    ]  # fmt: skip
+
+
+def test_a_grade_carries_its_probability_as_confidence(rag: EnterpriseRAG) -> None:
+    grader, llm = grader_with(rag, yes_probability(0.83))
+    (grade,) = grader.grade(QUESTION, nodes_of({"a": "Receipts over $25 are itemised."}))
+    assert grade == Grade("a", "yes", "p(yes)=0.83", pytest.approx(0.83), "llm")
+    messages = llm.calls[0][1]
+    assert QUESTION in messages[-1].content.split("<passages>")[0]  # the question before the passage
+
+
+def test_the_passages_of_one_question_share_the_prompt_up_to_the_passage(rag: EnterpriseRAG) -> None:
+    grader, llm = grader_with(rag, yes_probability(0.5))
+    grader.grade(QUESTION, nodes_of({"a": "First passage.", "b": "Second passage."}))
+    first, second = ("".join(m.content or "" for m in messages) for _, messages in llm.calls)
+    shared = len(first.split("First passage.")[0])
+    assert first[:shared] == second[:shared] and QUESTION in first[:shared] and "Second" not in first
+
+
+# ---- nothing overrules the grader ----------------------------------------------------------------------------
+def test_an_all_caps_question_gets_the_same_grades(rag: EnterpriseRAG) -> None:
+    """The same passages with the same model probabilities get the same grades whatever the question's case:
+    its words in capitals (read as acronyms by a heading rule) change nothing."""
     passages = {
         "titled": "## 2. Installing the client\nOpen the Company Portal and install SecureLink.",
         "other": "## SSO sign-in\nUse your single sign-on password.",
         "body": "## Working abroad\nSome countries block the VPN; ask the Service Desk first.",
     }
-    nodes = [NodeWithScore(node=TextNode(id_=k, text=v), score=1.0) for k, v in passages.items()]
-    nodes[0].node.metadata["breadcrumb"] = "VPN Setup Guide"
-
+    p = {"titled": 0.1, "other": 0.02, "body": 0.4}
+    grader, llm = grader_with(
+        rag, lambda m, k: yes_probability(next(v for key, v in p.items() if passages[key] in passage_in(m)))
+    )
     question = "How do I set up the VPN on my new laptop?"
-    grades = {g.node_id: g for g in grader_saying_no(rag).grade(question, nodes)}
-    assert {k: (g.grade, g.method) for k, g in grades.items()} == {
-        "titled": ("partial", "identifier"), "other": ("no", "llm"), "body": ("no", "llm"),
-    }  # fmt: skip
-    assert "vpn" in grades["titled"].reason
+    lower = grader.grade(question, nodes_of(passages, breadcrumb="VPN Setup Guide"))
+    upper = grader.grade(question.upper(), nodes_of(passages, breadcrumb="VPN Setup Guide"))
+    assert [(g.grade, g.method) for g in lower] == [("no", "llm"), ("no", "llm"), ("partial", "llm")]
+    assert [(g.grade, g.confidence, g.method) for g in upper] == [(g.grade, g.confidence, g.method) for g in lower]
+    assert len(llm.calls) == 6  # both were asked: the capitals question is not served from the cache
+
+
+def test_a_no_on_a_passage_headed_by_the_questions_identifier_stays_no(rag: EnterpriseRAG) -> None:
+    question = "What should I tell a customer who sees E-4120 when sending a payment?"
+    passages = {
+        "named": "## E-4120 - Daily transfer limit exceeded\nThe fix is a temporary limit increase with form LD-7.",
+        "crumb": "**Fix.** Ask the customer to wait for the daily limit to reset.",
+    }
+    nodes = nodes_of(passages, similarity=0.95)
+    nodes[1].node.metadata["breadcrumb"] = "Error Codes > E-4120 - Daily transfer limit exceeded"
+    grader, _ = grader_with(rag, yes_probability(0.03))
+    grades = grader.grade(question, nodes)
+    assert [(g.grade, g.method, g.reason) for g in grades] == [("no", "llm", "p(yes)=0.03")] * 2
+
+
+def test_the_floor_rejects_without_a_call_and_none_means_no_floor(rag: EnterpriseRAG) -> None:
+    passages = {"weak": "Parking permits are renewed in January.", "strong": "Receipts over $25 are itemised."}
+    nodes = nodes_of(passages)
+    nodes[0].node.metadata["similarity"], nodes[1].node.metadata["similarity"] = 0.05, 0.6
+    floored, llm = grader_with(rag, yes_probability(0.9), floor=0.12)
+    assert [(g.grade, g.method) for g in floored.grade(QUESTION, nodes)] == [("no", "floor"), ("yes", "llm")]
+    assert len(llm.calls) == 1
+    unfloored, llm = grader_with(rag, yes_probability(0.9), floor=None)
+    assert [g.grade for g in unfloored.grade("Another question?", nodes)] == ["yes", "yes"]
+
+
+# ---- the cache -----------------------------------------------------------------------------------------------
+def test_cached_probabilities_are_labelled_with_the_current_thresholds(rag: EnterpriseRAG) -> None:
+    nodes = nodes_of({"a": "Receipts over $25 are itemised."})
+    first, _ = grader_with(rag, yes_probability(0.5), thresholds=(0.2, 0.4))
+    assert first.grade(QUESTION, nodes)[0].grade == "yes"
+    second, llm = grader_with(rag, yes_probability(0.99), thresholds=(0.2, 0.6))
+    (grade,) = second.grade(QUESTION, nodes)
+    assert (grade.grade, grade.method, grade.confidence) == ("partial", "cache", 0.5) and llm.calls == []
+
+
+# ---- fail-open -----------------------------------------------------------------------------------------------
+def test_a_reply_without_yes_or_no_among_its_top_tokens_is_ungraded_and_not_cached(rag: EnterpriseRAG) -> None:
+    grader, llm = grader_with(rag, TokenProbabilities({"Maybe": 0.7, "The": 0.3}))
+    nodes = nodes_of({"a": "Receipts over $25 are itemised."})
+    for _ in range(2):
+        (grade,) = grader.grade(QUESTION, nodes)
+        assert (grade.grade, grade.method, grade.confidence) == ("ungraded", "fail-open", 0.0)
+    assert len(llm.calls) == 2  # asked again: an ungraded passage is not cached
+
+
+def test_a_failing_grader_leaves_every_passage_ungraded_after_one_calls_retries(rag: EnterpriseRAG) -> None:
+    def down(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        raise LLMError("503 Service Unavailable")
+
+    grader, llm = grader_with(rag, down, max_retries=1)
+    grades = grader.grade(QUESTION, nodes_of({"a": "One.", "b": "Two.", "c": "Three."}))
+    assert [(g.grade, g.method) for g in grades] == [("ungraded", "fail-open")] * 3
+    assert len(llm.calls) == 2  # the first passage's call and its retry; the rest are not asked
+
+
+# ---- thresholds per grader model, floor per embedding model, from the settings -----------------------------
+def test_settings_give_thresholds_per_grader_model_and_a_fallback() -> None:
+    cfg = WorkflowSettings(grade_thresholds={"grader-a": (0.3, 0.7)}, grade_thresholds_fallback=(0.05, 0.4))
+    assert cfg.grade_thresholds_for("grader-a") == (0.3, 0.7)
+    assert cfg.grade_thresholds_for("grader-b") == (0.05, 0.4)
+    defaults = WorkflowSettings()
+    local = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+    assert defaults.grade_thresholds_for(local) == FITTED_GRADE_THRESHOLDS[local]
+    assert defaults.grade_floor_for("all-MiniLM-L6-v2-onnx-int8") == 0.12
+    assert defaults.grade_floor_for("text-embedding-3-small") is None
+    with pytest.raises(ValueError, match="partial <= yes"):
+        WorkflowSettings(grade_thresholds={"grader-a": (0.8, 0.2)})
+
+
+@pytest.mark.parametrize(("model", "expected"), [("grader-a", "partial"), ("grader-b", "no")])
+def test_a_query_grades_with_the_thresholds_of_its_grader_model(
+    fresh_dsn: str, tmp_path: Path, embed_model: Any, model: str, expected: str
+) -> None:
+    generator, _ = llms()
+    handlers = {"grade": yes_probability(0.45), "rewrite": "paid vacation", "check": CHECK_OK}
+    grader = ScriptedLLM(handlers, model_name=model)
+    settings = load_settings(None, database={"dsn": fresh_dsn}, workflow={
+        "max_query_rewrites": 0, "grade_thresholds": {"grader-a": (0.3, 0.7)}, "grade_thresholds_fallback": (0.5, 0.9),
+    })  # fmt: skip
+    rag = EnterpriseRAG(data_dir=tmp_path / "data", settings=settings, embed_model=embed_model,
+                        generator=generator, grader=grader)  # fmt: skip
+    try:
+        assert not rag.ingest(write_docs(tmp_path / "docs", DOCS), allowed_groups=["all-staff"]).failed
+        res = rag.query(VACATION_QUESTION, user=ALICE)
+        trace = rag.trace(res.trace_id, ALICE)
+        assert trace is not None
+        grades = [g for s in trace["steps"] if s["step"] == "grade" for g in s["data"]["grades"]]
+        asked = [g for g in grades if g["method"] == "llm"]
+        assert asked and {g["grade"] for g in asked} == {expected}
+        assert all(g["method"] in ("llm", "floor") for g in grades)  # the local MiniLM's floor applies
+    finally:
+        rag.close()

@@ -1,0 +1,173 @@
+"""Verifying a draft in code, strictly, before any model checks it.
+
+Each sentence of the draft is checked against the sources it cites:
+
+* a sentence that states something cites at least one source that exists; one with no label whose
+  content words are (almost) all in one source is attributed to that source, since it was copied
+  from it (a reporting frame such as "The sources state that" is not part of the copy);
+* its evidence is found in each cited source: at least ``MIN_SHARE`` of the sentence's content words
+  are in that source (rewording keeps most words of what it restates), and the evidence quoted is the
+  source sentence sharing the most of them. A sentence its cited source does not hold but another
+  source does (``REATTRIBUTE_SHARE``) is moved to that source;
+* every number and identifier (a token mixing letters and digits) of the sentence appears in one of
+  its verified sources or in the question (the user's own words may be repeated); identifiers are
+  compared without their punctuation and spacing ("KV 12" is "kv-12"), from a word start.
+
+A sentence that states nothing (fewer than ``MIN_TERMS`` content words and no number, or a line
+introducing a list) needs no source. A failing sentence is sent back for one revision with the
+reasons (:meth:`Verification.feedback`), then dropped; a draft with no cited sentence left is a
+not-found.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from enterprise_rag.answer.checks.citations import split_sentences
+from enterprise_rag.answer.checks.draft import Draft, Quote, Sentence
+from enterprise_rag.answer.checks.numbers import numbers
+from enterprise_rag.text import identifiers, terms
+
+MIN_SHARE = 0.5
+REATTRIBUTE_SHARE = 0.8
+MIN_TERMS = 3
+_DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"), "-")
+_APOSTROPHES = dict.fromkeys(map(ord, "\u2018\u2019\u201a\u201b\u2032`"), "'")
+_WORD = re.compile(r"[^\W_]+(?:['.,:/-][^\W_]+)*")
+_REPORTING_FRAME = re.compile(
+    r"^\s*(?:according\s+to\s+(?:the\s+)?(?:sources?|documents?)\s*,\s*"
+    r"|(?:the\s+)?(?:sources?|documents?)\s+(?:state|say|mention|note|explain)s?\s+(?:that\s+)?)",
+    re.IGNORECASE,
+)
+
+
+def word_sequence(text: str) -> str:
+    """``text`` as its words, lower case, single-spaced and padded: how evidence is compared to a source."""
+    text = unicodedata.normalize("NFKC", text).translate(_DASHES).translate(_APOSTROPHES).casefold()
+    return f" {' '.join(_WORD.findall(text))} "
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A sentence that failed verification, and why."""
+
+    sentence: Sentence
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Verification:
+    kept: Draft  # the sentences that passed, each with its evidence
+    problems: tuple[Problem, ...]
+    attributed: int  # uncited sentences given the source they were copied from
+    relabelled: int  # citations moved to the source that holds the sentence
+
+    def feedback(self) -> str:
+        """Lines for the revision prompt (empty when every sentence passed)."""
+        return "\n".join(f'- "{p.sentence.text[:160]}": {"; ".join(p.reasons)}.' for p in self.problems)
+
+    def to_trace(self) -> dict[str, object]:
+        return {
+            "sentences": len(self.kept.sentences) + len(self.problems), "kept": len(self.kept.sentences),
+            "attributed": self.attributed, "relabelled": self.relabelled,
+            "problems": [(p.sentence.text, list(p.reasons)) for p in self.problems],
+        }  # fmt: skip
+
+
+def _share(words: set[str], source: str) -> float:
+    return len(words & set(terms(source))) / len(words) if words else 0.0
+
+
+def _evidence(words: set[str], source: str, limit: int = 300) -> str:
+    """The sentence of ``source`` sharing the most content words with the answer sentence."""
+    best = max(split_sentences(source) or [source], key=lambda s: len(words & set(terms(s))))
+    return " ".join(best.split())[:limit]
+
+
+def _holder(words: set[str], sources: Mapping[str, str]) -> str | None:
+    """The source holding at least ``REATTRIBUTE_SHARE`` of ``words``, the best one if several do."""
+    scores = {label: _share(words, text) for label, text in sources.items()}
+    label = max(scores, key=lambda k: scores[k], default=None)
+    return label if label is not None and scores[label] >= REATTRIBUTE_SHARE else None
+
+
+def _compact(text: str) -> tuple[str, set[int]]:
+    """The letters and digits of ``text`` run together, and the offsets where its words start."""
+    compact, starts = "", set()
+    for word in word_sequence(text).split():
+        starts.add(len(compact))
+        compact += re.sub(r"[\W_]", "", word)
+    return compact, starts
+
+
+def _named_in(identifier: str, texts: list[str]) -> bool:
+    wanted = _compact(identifier)[0]
+    for text in texts:
+        compact, starts = _compact(text)
+        at = compact.find(wanted)
+        while at >= 0:
+            if at in starts:
+                return True
+            at = compact.find(wanted, at + 1)
+    return False
+
+
+def _unknown_values(sentence: str, cited: list[str], question: str) -> list[str]:
+    """The numbers and identifiers of ``sentence`` found in none of the ``cited`` texts nor the question."""
+    codes = identifiers(sentence)
+    plain = sentence
+    for code in codes:  # a code's digits are checked as part of the code, not again as a number
+        plain = re.sub(re.escape(code), " ", plain, flags=re.IGNORECASE)
+    known = numbers(question).union(*(numbers(t) for t in cited))
+    return sorted(numbers(plain) - known) + sorted(i for i in codes if not _named_in(i, [*cited, question]))
+
+
+def states_nothing(text: str) -> bool:
+    """A line introducing a list, or too few content words and no number to state a fact."""
+    return text.rstrip().endswith(":") or (len(set(terms(text))) < MIN_TERMS and not re.search(r"\d", text))
+
+
+def verify_draft(draft: Draft, sources: Mapping[str, str], question: str) -> Verification:
+    """Check every sentence of ``draft`` against ``sources`` (label -> text) and the ``question``."""
+    kept: list[Sentence] = []
+    problems: list[Problem] = []
+    attributed = relabelled = 0
+    for sentence in draft.sentences:
+        words = set(terms(_REPORTING_FRAME.sub("", sentence.text)))
+        labels = [q.label for q in sentence.quotes]
+        if not labels:
+            if states_nothing(sentence.text):
+                kept.append(sentence)
+                continue
+            holder = _holder(words, sources)
+            if holder is None:
+                problems.append(Problem(sentence, ("it cites no source; add the label of the source it comes from",)))
+                continue
+            labels, attributed = [holder], attributed + 1
+        reasons: list[str] = []
+        verified: list[str] = []
+        for label in labels:
+            if label not in sources:
+                reasons.append(f"[{label}] is not one of the numbered sources")
+            elif len(words) < MIN_TERMS or _share(words, sources[label]) >= MIN_SHARE:
+                verified.append(label)
+            elif (holder := _holder(words, sources)) is not None:
+                verified.append(holder)
+                relabelled += 1
+            else:
+                reasons.append(f"it is not what [{label}] says; state only what the source says")
+        verified = list(dict.fromkeys(verified))
+        if verified:
+            missing = _unknown_values(sentence.text, [sources[label] for label in verified], question)
+            if not missing:
+                quotes = tuple(Quote(label, _evidence(words, sources[label])) for label in verified)
+                kept.append(Sentence(sentence.text, quotes))
+                continue
+            reasons = [f"{', '.join(missing)} is in none of its cited sources"]
+        problems.append(Problem(sentence, tuple(reasons)))
+    if not any(s.quotes for s in kept):
+        kept = []  # connecting words alone are no answer
+    return Verification(draft.keep(kept), tuple(problems), attributed, relabelled)
