@@ -260,6 +260,11 @@ class WorkflowSettings(_Section):
         " its paragraph most similar to the question).",
     )
     min_yes: int = Field(1, ge=1, description="Passages graded yes needed to proceed without correction.")
+    small_model_aids: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Compensations for a small generator (enterprise_rag.answer.small_model): after a not-found,"
+        " answer once more from the passages most likely to hold the answer. auto = on for the local model only.",
+    )
     max_query_rewrites: int = Field(2, ge=0, le=5, description="Rewrite-and-retrieve rounds before web fallback.")
     max_citation_revisions: int = Field(1, ge=0, le=5, description="Revisions of failed sentences (then dropped).")
     max_hallucination_retries: int = Field(2, ge=0, le=5, description="Revisions after unsupported claims.")

@@ -8,11 +8,13 @@ fails open (passages kept, ungraded); the support check fails closed (the
 answer is flagged). With no passage left, the not-found answer is returned
 without a generation call.
 
-The generator replies with a structured draft (:mod:`enterprise_rag.answer.checks.draft`):
-``found`` and sentences citing sources with verbatim quotes. "Not found" is that
-field, never a phrase of the answer. Every sentence is verified in code
+The generator replies with ``[S1]``-cited text or exactly the not-found answer,
+read into a :class:`~enterprise_rag.answer.checks.draft.Draft`. "Not found" is that
+reply as a whole, a structural signal, never a phrase of the answer. Every sentence is verified in code
 (:mod:`enterprise_rag.answer.checks.verification`); one that fails is revised once,
-then dropped, and a draft with nothing left is a not-found. The verifier then
+then dropped, and a draft with nothing left is a not-found. With a small local
+generator, a not-found from the kept sources gets one more generation from the
+likeliest of them (:mod:`enterprise_rag.answer.small_model`). The verifier then
 checks each remaining sentence as a claim, without being told whether an answer
 exists; what it does not support is left out, or the answer is flagged.
 
@@ -56,6 +58,7 @@ from enterprise_rag.answer.events import (
     WebFallback,
 )
 from enterprise_rag.answer.outcome import Outcome
+from enterprise_rag.answer.small_model import narrowed_sources
 from enterprise_rag.answer.sources import corpus_sources, refine, relabel, web_sources
 from enterprise_rag.answer.state import RunState
 from enterprise_rag.answer.web import WebSearch, more_phrasings, search_all
@@ -119,6 +122,7 @@ class AnswerWorkflow(Workflow):
         egress_allows: EgressCheck,
         web_search: WebSearch,
         settings: WorkflowSettings,
+        small_model_aids: bool = False,
     ) -> None:
         super().__init__(timeout=None)
         self._retrieve = retrieve
@@ -127,6 +131,7 @@ class AnswerWorkflow(Workflow):
         self._egress_allows = egress_allows
         self._web_search = web_search
         self._cfg = settings
+        self._small_model_aids = small_model_aids
 
     def _done(self, s: RunState, answer: str, *, not_found: bool = False) -> StopEvent:
         s.answer = answer
@@ -292,6 +297,10 @@ class AnswerWorkflow(Workflow):
                 _record(ctx, s, "citations", t0, not_found=True, kept_before=len(before.sentences) if before else 0)
                 if before is not None and before.sentences:  # a revision that gives up loses no verified sentence
                     return self._checked(s, before)
+                if narrow := await self._narrowed(s):
+                    s.narrowed, s.sources = True, relabel(narrow)
+                    _record(ctx, s, "narrow", t0, sources=[(x.label, x.source, x.page) for x in s.sources])
+                    return Generate(sources=s.sources, question=s.answered)
                 return self._generator_found_nothing(s)  # the generator is the last relevance judge
             sources = {x.label: x.text for x in s.sources}
             # The question's words may be repeated without a source, a follow-up's as asked and as rewritten.
@@ -299,6 +308,8 @@ class AnswerWorkflow(Workflow):
             checked = verify_draft(ev.draft, sources, asked)
             unanswered = unanswered_parts(s.answered, checked.kept.render(), sources.values())
             _record(ctx, s, "citations", t0, **checked.to_trace(), unanswered=unanswered)
+            if checked.unnamed:  # the sources are about something else: no revision can fix that
+                return self._generator_found_nothing(s)
             if (checked.problems or unanswered) and s.citation_revisions < self._cfg.max_citation_revisions:
                 s.citation_revisions += 1
                 s.kept_before = checked.kept
@@ -310,6 +321,13 @@ class AnswerWorkflow(Workflow):
             if not kept.sentences:
                 return self._generator_found_nothing(s)
             return self._checked(s, kept)
+
+    async def _narrowed(self, s: RunState) -> list[Source]:
+        """The sources of the small-model aid's one more generation; none when the aid is off or used."""
+        if not self._small_model_aids or s.narrowed:
+            return []
+        return await asyncio.to_thread(narrowed_sources, s.sources, s.grades, s.answered,
+                                       chars=self._cfg.grade_passage_chars, embed_model=self._embed_model)  # fmt: skip
 
     @staticmethod
     def _checked(s: RunState, draft: Draft) -> CitationsChecked:
@@ -333,12 +351,15 @@ class AnswerWorkflow(Workflow):
         t0 = time.perf_counter()
         cfg = self._cfg
         async with ctx.store.edit_state() as s:
-            claims = {f"C{i}": sentence.text for i, sentence in enumerate(ev.draft.sentences, 1)}
+            evidenced = [sentence for sentence in ev.draft.sentences if sentence.quotes]  # not connecting lines
+            claims = {f"C{i}": sentence.text for i, sentence in enumerate(evidenced, 1)}
+            listing = [(cid, sentence.text, [(q.label, q.text) for q in sentence.quotes])
+                       for cid, sentence in zip(claims, evidenced, strict=True)]  # fmt: skip
             try:
                 reply = await s.run.caller.acall(
                     "grader",
                     "check",
-                    prompts.check_messages(s.sources, s.answered, list(claims.items())),
+                    prompts.check_messages(s.sources, s.answered, listing),
                     max_tokens=cfg.check_max_tokens,
                     schema=prompts.check_schema(list(claims)),
                 )

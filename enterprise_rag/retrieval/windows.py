@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from enterprise_rag.text import query_words
 
@@ -59,3 +60,29 @@ def focus(question: str, text: str, limit: int, relevance: Sequence[float] | Non
         if score > best_score:
             best, best_score = "\n\n".join(window)[:limit], score
     return best
+
+
+def question_windows(question: str, texts: list[str], limit: int, embed_model: BaseEmbedding | None) -> list[str]:
+    """What matters of each text for the question: long ones cut to a ``limit``-character window around
+    their paragraph most similar to the question (one embedding batch for all), or by shared words
+    without an embedding model.
+
+    A paragraph holding a code of the question (a code such as AB-123, or a year) comes first:
+    embeddings barely tell one error code from another, which is why search is hybrid too.
+    """
+    long = {i: paragraphs(t) for i, t in enumerate(texts) if len(t) > limit}
+    if embed_model is None or not long:
+        return [focus(question, t, limit) for t in texts]
+    flat = [p for parts in long.values() for p in parts]
+    query = np.asarray(embed_model.get_query_embedding(question), dtype=np.float32)
+    vectors = np.asarray(embed_model.get_text_embedding_batch(flat), dtype=np.float32)
+    sims = (vectors @ query) / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(query) + 1e-12)
+    codes = {w for w in query_words(question) if len(w) > 2 and any(c.isdigit() for c in w)}
+    boost = [1.0 if codes & set(query_words(p)) else 0.0 for p in flat]
+    relevance: dict[int, Sequence[float]] = {}
+    start = 0
+    for i, parts in long.items():
+        end = start + len(parts)
+        relevance[i] = [float(sim) + b for sim, b in zip(sims[start:end], boost[start:end], strict=True)]
+        start = end
+    return [focus(question, t, limit, relevance.get(i)) for i, t in enumerate(texts)]

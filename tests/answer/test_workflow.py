@@ -29,7 +29,7 @@ from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch
 from enterprise_rag.store.traces import TraceStore
-from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.testing import ScriptedLLM, yes_probability
 from tests.support.workflow import (
     ALICE,
     CHECK_OK,
@@ -44,6 +44,7 @@ from tests.support.workflow import (
     grade_yes_if,
     llms,
     must_not_run,
+    passage_in,
     sentence_with,
     sources_in,
     write_docs,
@@ -846,3 +847,52 @@ def test_the_sync_api_works_inside_a_running_event_loop(make_rag: MakeRag) -> No
     assert FACT in res.answer
     assert [e.kind for e in events][0] == "step" and events[-1].kind == "result"
     assert events[-1].data.answer == res.answer
+
+
+def _misses_in_a_long_context(messages: list[Any], kwargs: dict[str, Any]) -> str:
+    """A generator that finds the answer among two sources but not among more (as a small model does)."""
+    return NOT_FOUND_ANSWER if len(sources_in(messages)) > 2 else answer_with(FACT)(messages, kwargs)
+
+
+def _grade_fact_yes_rest_partial(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+    return yes_probability(1.0 if FACT in passage_in(messages) else 0.3)
+
+
+@pytest.mark.parametrize("aids", ["on", "off"])
+def test_the_small_model_aid_answers_once_more_from_the_likeliest_sources(make_rag: MakeRag, aids: str) -> None:
+    generator, grader = llms(grade=_grade_fact_yes_rest_partial, generate=_misses_in_a_long_context)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "small_model_aids": aids})
+    res = rag.query(QUESTION, user=ALICE)
+    narrow = step_data(rag.trace(res.trace_id, ALICE), "narrow")
+    if aids == "off":
+        assert res.pipeline["not_found"] is True and generator.count("generate") == 1 and not narrow
+        return
+    assert FACT in res.answer and res.citations and generator.count("generate") == 2
+    ((label, source, _),) = narrow[0]["sources"]
+    assert label == "S1" and source.endswith("vacation.md")
+    (first, second) = [msgs for name, msgs in generator.calls if name == "generate"]
+    assert len(sources_in(first)) == 3 and first[-1].content == second[-1].content  # the same neutral task
+
+
+def test_the_check_shows_each_claim_with_the_passage_code_matched_it_to(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate="The charges are:\n- Every employee receives 27 days of paid vacation. [S1]")
+    rag = make_rag(generator, grader)
+    rag.query(QUESTION, user=ALICE)
+    (check,) = [msgs for name, msgs in grader.calls if name == "check"]
+    task = check[-1].content
+    assert "[C1] Every employee receives 27 days" in task and "[C2]" not in task  # the intro line is no claim
+    assert "passage of [S1]:" in task and "27 days of paid vacation per calendar year" in task
+
+
+def test_an_answer_about_an_asked_code_that_no_source_names_is_a_not_found_without_revision(
+    make_rag: MakeRag,
+) -> None:
+    question = "How many days of paid vacation does contract type VX-9 get per year?"
+    borrowed = "Contract type VX-9 gets paid vacation. [S1] Every employee receives 27 days of paid vacation. [S1]"
+    generator, grader = llms(generate=borrowed)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
+    res = rag.query(question, user=ALICE)
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
+    assert generator.count("revise") == 0 and grader.count("check") == 0
+    (citations,) = step_data(rag.trace(res.trace_id, ALICE), "citations")
+    assert citations["unnamed"] == ["vx-9"]

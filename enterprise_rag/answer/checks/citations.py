@@ -2,7 +2,8 @@
 
 Answers are rendered from structured drafts (:mod:`enterprise_rag.answer.checks.draft`), but a
 model's sentence text, a conversation's earlier answer or a caller's string can still carry labels,
-so labels are read in every common form (``[S1]``, ``[s01]``, ``[S1, S2]``, ``[S1-S3]``) and
+so labels are read in every common form (``[S1]``, ``[s01]``, ``[S1, S2]``, ``[S1-S3]``, ``[Source: S1]``,
+``(S1)``) and
 sentences are split the way an answer is written: lines and list items never merge, and
 abbreviations, decimals and codes never split a sentence.
 """
@@ -15,7 +16,8 @@ from collections.abc import Iterable
 
 _LABEL = r"[Ss]\s*\d+"
 _ITEM_SEP = r"\s*(?:[,;]|[-\u2010-\u2015]|\bto\b)?\s*"
-CITATION = re.compile(rf"\[\s*{_LABEL}(?:{_ITEM_SEP}[Ss]?\s*\d+)*\s*\]")
+_BODY = rf"(?i:sources?\s*:?\s*)?{_LABEL}(?:{_ITEM_SEP}[Ss]?\s*\d+)*\s*"
+CITATION = re.compile(rf"\[\s*{_BODY}\]|\(\s*{_BODY}\)")
 _PART = re.compile(r"([Ss])?\s*(\d+)|([-\u2010-\u2015]|\bto\b)")
 _MAX_RANGE = 50  # a typo like [S1-S999] must not explode into a thousand labels
 

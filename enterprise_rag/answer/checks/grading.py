@@ -23,21 +23,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
 
 from enterprise_rag.errors import LLMError
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import grade_messages
-from enterprise_rag.retrieval.windows import focus, paragraphs
+from enterprise_rag.retrieval.windows import question_windows
 from enterprise_rag.store import Database
 from enterprise_rag.store.grade_cache import cached_grades, store_grades
-from enterprise_rag.text import query_words
 
 logger = logging.getLogger(__name__)
 
@@ -136,29 +133,8 @@ class Grader:
         return out
 
     def _windows(self, question: str, nodes: list[NodeWithScore]) -> list[str]:
-        """What the grader sees of each passage: long ones cut around their paragraph most similar to the
-        question (one embedding batch for all of them), or by shared words without an embedding model.
-
-        A paragraph holding a code of the question (a code such as AB-123, or a year) comes first: embeddings barely
-        tell one error code from another, which is why search is hybrid too.
-        """
-        texts = [n.node.get_content() for n in nodes]
-        long = {i: paragraphs(t) for i, t in enumerate(texts) if len(t) > self._passage_chars}
-        if self._embed_model is None or not long:
-            return [focus(question, t, self._passage_chars) for t in texts]
-        flat = [p for parts in long.values() for p in parts]
-        query = np.asarray(self._embed_model.get_query_embedding(question), dtype=np.float32)
-        vectors = np.asarray(self._embed_model.get_text_embedding_batch(flat), dtype=np.float32)
-        sims = (vectors @ query) / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(query) + 1e-12)
-        codes = {w for w in query_words(question) if len(w) > 2 and any(c.isdigit() for c in w)}
-        boost = [1.0 if codes & set(query_words(p)) else 0.0 for p in flat]
-        relevance: dict[int, Sequence[float]] = {}
-        start = 0
-        for i, parts in long.items():
-            end = start + len(parts)
-            relevance[i] = [float(sim) + b for sim, b in zip(sims[start:end], boost[start:end], strict=True)]
-            start = end
-        return [focus(question, t, self._passage_chars, relevance.get(i)) for i, t in enumerate(texts)]
+        return question_windows(question, [n.node.get_content() for n in nodes], self._passage_chars,
+                                self._embed_model)  # fmt: skip
 
     def _cached(self, qhash: str, model: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
         """Cached probabilities, labelled with the current thresholds."""

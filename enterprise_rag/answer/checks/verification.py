@@ -2,21 +2,29 @@
 
 Each sentence of the draft is checked against the sources it cites:
 
-* a sentence that states something cites at least one source that exists; one with no label whose
+* a sentence that states something cites at least one source that exists. One with no label whose
   content words are (almost) all in one source is attributed to that source, since it was copied
-  from it (a reporting frame such as "The sources state that" is not part of the copy);
+  from it (a reporting frame such as "The sources state that" is not part of the copy); else it takes
+  the labels of the nearest cited sentence after or before it, if they pass every check below (one
+  citation at the end of a run of sentences is meant for all of them);
 * its evidence is found in each cited source: at least ``MIN_SHARE`` of the sentence's content words
   are in that source (rewording keeps most words of what it restates), and the evidence quoted is the
   source sentence sharing the most of them. A sentence its cited source does not hold but another
-  source does (``REATTRIBUTE_SHARE``) is moved to that source;
-* every number and identifier (a token mixing letters and digits) of the sentence appears in one of
-  its verified sources or in the question (the user's own words may be repeated); identifiers are
-  compared without their punctuation and spacing ("KV 12" is "kv-12"), from a word start.
+  source does (``REATTRIBUTE_SHARE``) is moved to that source, and so is one whose numbers or
+  identifiers are missing from its cited source but all in another that holds it (``MIN_SHARE``);
+* every number of the sentence appears in one of its verified sources or in the question (the
+  user's own figures may be repeated), and every identifier (a token mixing letters and digits) in
+  one of its verified sources: a source that does not name the thing asked about says nothing about
+  it. Identifiers are compared without their punctuation and spacing ("KV 12" is "kv-12"), from a
+  word start.
 
 A sentence that states nothing (fewer than ``MIN_TERMS`` content words and no number, or a line
-introducing a list) needs no source. A failing sentence is sent back for one revision with the
-reasons (:meth:`Verification.feedback`), then dropped; a draft with no cited sentence left is a
-not-found.
+introducing a list) needs no source. An uncited question, and an uncited sentence no source holds
+that restates the question (``REATTRIBUTE_SHARE`` of its words are the question's), are left out
+without a revision: they tell the user nothing. A failing sentence is sent back for one revision with
+the reasons (:meth:`Verification.feedback`), then dropped; a draft with no cited sentence left is a
+not-found. So is a draft that names an identifier of the question which no source names: its facts
+come from a source about something else (a code one character away).
 """
 
 from __future__ import annotations
@@ -64,6 +72,8 @@ class Verification:
     problems: tuple[Problem, ...]
     attributed: int  # uncited sentences given the source they were copied from
     relabelled: int  # citations moved to the source that holds the sentence
+    echoes: int = 0  # uncited questions and restatements of the question, left out
+    unnamed: tuple[str, ...] = ()  # identifiers of the question that the draft uses and no source names
 
     def feedback(self) -> str:
         """Lines for the revision prompt (empty when every sentence passed)."""
@@ -72,7 +82,8 @@ class Verification:
     def to_trace(self) -> dict[str, object]:
         return {
             "sentences": len(self.kept.sentences) + len(self.problems), "kept": len(self.kept.sentences),
-            "attributed": self.attributed, "relabelled": self.relabelled,
+            "attributed": self.attributed, "relabelled": self.relabelled, "echoes": self.echoes,
+            "unnamed": list(self.unnamed),
             "problems": [(p.sentence.text, list(p.reasons)) for p in self.problems],
         }  # fmt: skip
 
@@ -116,13 +127,15 @@ def _named_in(identifier: str, texts: list[str]) -> bool:
 
 
 def _unknown_values(sentence: str, cited: list[str], question: str) -> list[str]:
-    """The numbers and identifiers of ``sentence`` found in none of the ``cited`` texts nor the question."""
+    """The numbers of ``sentence`` found in none of the ``cited`` texts nor the question, and its identifiers
+    found in none of the ``cited`` texts. An identifier names what a fact is about: a source that does not
+    name it is about something else, even when the question names it."""
     codes = identifiers(sentence)
     plain = sentence
     for code in codes:  # a code's digits are checked as part of the code, not again as a number
         plain = re.sub(re.escape(code), " ", plain, flags=re.IGNORECASE)
     known = numbers(question).union(*(numbers(t) for t in cited))
-    return sorted(numbers(plain) - known) + sorted(i for i in codes if not _named_in(i, [*cited, question]))
+    return sorted(numbers(plain) - known) + sorted(i for i in codes if not _named_in(i, cited))
 
 
 def states_nothing(text: str) -> bool:
@@ -130,44 +143,98 @@ def states_nothing(text: str) -> bool:
     return text.rstrip().endswith(":") or (len(set(terms(text))) < MIN_TERMS and not re.search(r"\d", text))
 
 
+def _verified(
+    sentence: Sentence, words: set[str], labels: list[str], sources: Mapping[str, str], question: str
+) -> tuple[Sentence | None, tuple[str, ...], int]:
+    """``sentence`` with its evidence from the ``labels`` that hold it, or the reasons it fails; and how many
+    citations were moved to the source that holds it."""
+    reasons: list[str] = []
+    verified: list[str] = []
+    relabelled = 0
+    for label in labels:
+        if label not in sources:
+            reasons.append(f"[{label}] is not one of the numbered sources")
+        elif len(words) < MIN_TERMS or _share(words, sources[label]) >= MIN_SHARE:
+            verified.append(label)
+        elif (holder := _holder(words, sources)) is not None:
+            verified.append(holder)
+            relabelled += 1
+        else:
+            reasons.append(f"it is not what [{label}] says; state only what the source says")
+    verified = list(dict.fromkeys(verified))
+    if verified:
+        missing = _unknown_values(sentence.text, [sources[label] for label in verified], question)
+        if missing and (other := _value_holder(sentence.text, words, sources, question)) is not None:
+            verified, missing, relabelled = [other], [], relabelled + 1
+        if not missing:
+            quotes = tuple(Quote(label, _evidence(words, sources[label])) for label in verified)
+            return Sentence(sentence.text, quotes), (), relabelled
+        reasons = [f"{', '.join(missing)} is in none of its cited sources"]
+    return None, tuple(reasons), relabelled
+
+
+def _value_holder(text: str, words: set[str], sources: Mapping[str, str], question: str) -> str | None:
+    """The source that holds the sentence (``MIN_SHARE`` of its words) with every number and identifier of it,
+    the best one if several do: where a sentence citing the wrong source of several belongs."""
+    scores = {label: _share(words, source) for label, source in sources.items()}
+    holders = [label for label in sorted(scores, key=lambda k: -scores[k])
+               if scores[label] >= MIN_SHARE and not _unknown_values(text, [sources[label]], question)]  # fmt: skip
+    return holders[0] if holders else None
+
+
+def _neighbour_labels(sentences: tuple[Sentence, ...], i: int, resolved: list[list[str]]) -> list[list[str]]:
+    """The labels of the nearest cited sentence after sentence ``i``, then of the nearest verified one before
+    it (``resolved``: the verified labels of sentences ``0..i-1``): a citation written once at the end (or
+    start) of a run of sentences is meant for all of them."""
+    after = next((s.labels for s in sentences[i + 1 :] if s.labels), [])
+    before = next((labels for labels in reversed(resolved) if labels), [])
+    return [labels for labels in (after, before) if labels]
+
+
 def verify_draft(draft: Draft, sources: Mapping[str, str], question: str) -> Verification:
     """Check every sentence of ``draft`` against ``sources`` (label -> text) and the ``question``."""
     kept: list[Sentence] = []
     problems: list[Problem] = []
-    attributed = relabelled = 0
-    for sentence in draft.sentences:
+    attributed = relabelled = echoes = 0
+    resolved: list[list[str]] = []  # per sentence so far, the labels it was verified against
+    for i, sentence in enumerate(draft.sentences):
         words = set(terms(_REPORTING_FRAME.sub("", sentence.text)))
         labels = [q.label for q in sentence.quotes]
-        if not labels:
-            if states_nothing(sentence.text):
-                kept.append(sentence)
-                continue
+        if labels:
+            checked, reasons, moved = _verified(sentence, words, labels, sources, question)
+            relabelled += moved
+        elif sentence.text.rstrip().endswith("?"):
+            echoes += 1  # a question states nothing
+            resolved.append([])
+            continue
+        elif states_nothing(sentence.text):
+            kept.append(sentence)
+            resolved.append([])
+            continue
+        else:
             holder = _holder(words, sources)
-            if holder is None:
-                problems.append(Problem(sentence, ("it cites no source; add the label of the source it comes from",)))
+            candidates = [[holder]] if holder is not None else _neighbour_labels(draft.sentences, i, resolved)
+            checked, reasons = None, ("it cites no source; add the label of the source it comes from",)
+            for candidate in candidates:
+                checked, _, moved = _verified(sentence, words, candidate, sources, question)
+                if checked is not None:
+                    attributed, relabelled = attributed + 1, relabelled + moved
+                    break
+            if checked is None and _share(words, question) >= REATTRIBUTE_SHARE:
+                echoes += 1  # the question restated: no source holds it, and it tells the user nothing new
+                resolved.append([])
                 continue
-            labels, attributed = [holder], attributed + 1
-        reasons: list[str] = []
-        verified: list[str] = []
-        for label in labels:
-            if label not in sources:
-                reasons.append(f"[{label}] is not one of the numbered sources")
-            elif len(words) < MIN_TERMS or _share(words, sources[label]) >= MIN_SHARE:
-                verified.append(label)
-            elif (holder := _holder(words, sources)) is not None:
-                verified.append(holder)
-                relabelled += 1
-            else:
-                reasons.append(f"it is not what [{label}] says; state only what the source says")
-        verified = list(dict.fromkeys(verified))
-        if verified:
-            missing = _unknown_values(sentence.text, [sources[label] for label in verified], question)
-            if not missing:
-                quotes = tuple(Quote(label, _evidence(words, sources[label])) for label in verified)
-                kept.append(Sentence(sentence.text, quotes))
-                continue
-            reasons = [f"{', '.join(missing)} is in none of its cited sources"]
-        problems.append(Problem(sentence, tuple(reasons)))
-    if not any(s.quotes for s in kept):
+        resolved.append(checked.labels if checked is not None else [])
+        if checked is not None:
+            kept.append(checked)
+        else:
+            problems.append(Problem(sentence, reasons))
+    # The draft names what the question asks about, and no source does: the sources are about something else
+    # (a code one character away), so none of its sentences answers the question.
+    unnamed = tuple(sorted(
+        code for code in identifiers(question) & set().union(*(identifiers(s.text) for s in draft.sentences))
+        if not _named_in(code, list(sources.values()))
+    ))  # fmt: skip
+    if unnamed or not any(s.quotes for s in kept):
         kept = []  # connecting words alone are no answer
-    return Verification(draft.keep(kept), tuple(problems), attributed, relabelled)
+    return Verification(draft.keep(kept), tuple(problems), attributed, relabelled, echoes, unnamed)

@@ -78,3 +78,10 @@ def test_lines_and_list_items_are_units() -> None:
 def test_no_split_inside_quotation() -> None:
     text = 'The policy says "Fees apply. Members are exempt." [S1] Next point here.'
     assert split_sentences(text) == ['The policy says "Fees apply. Members are exempt." [S1]', "Next point here."]
+
+
+def test_labels_with_a_source_word_or_in_parentheses_are_citations() -> None:
+    assert cited_labels("[Source: S3] The next step is to dig.") == ["S3"]
+    assert cited_labels("It is due in May (S1, S2). See [Sources: S4; S5].") == ["S1", "S2", "S4", "S5"]
+    assert strip_citations("It is due in May (S1).") == "It is due in May."
+    assert cited_labels("Form (1) and (see S1) and [Source 1] are not labels.") == []
