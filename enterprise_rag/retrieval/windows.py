@@ -38,7 +38,7 @@ def focus(question: str, text: str, limit: int, relevance: Sequence[float] | Non
     ``relevance`` (one score per paragraph of :func:`paragraphs`, e.g. dense similarity to the
     question) the window grows around the most relevant paragraph; without it, the window is
     the one sharing most words with the question (literal words miss "set up" vs "install"
-    and "expense" vs "expenses").
+    and "invoice" vs "invoices").
     """
     if len(text) <= limit:
         return text
