@@ -225,6 +225,8 @@ class RetrievalSettings(_Section):
     )
 
 
+SmallModelAids = Literal["auto", "on", "off"]
+
 # Fitted by benchmarks/grading.py (local grader, pooled dev scenarios + SciFact; see that script's docstring).
 FITTED_GRADE_THRESHOLDS: dict[str, tuple[float, float]] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": (0.05, 0.14)}
 # MiniLM similarities (the local int8 model): under 0.12, passages were almost never relevant.
@@ -260,7 +262,7 @@ class WorkflowSettings(_Section):
         " its paragraph most similar to the question).",
     )
     min_yes: int = Field(1, ge=1, description="Passages graded yes needed to proceed without correction.")
-    small_model_aids: Literal["auto", "on", "off"] = Field(
+    small_model_aids: SmallModelAids = Field(
         "auto",
         description="Compensations for a small generator (enterprise_rag.answer.small_model): after a not-found,"
         " answer once more from the passages most likely to hold the answer. auto = on for the local model only.",

@@ -19,19 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Literal
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from enterprise_rag.answer.checks.grading import Grade
+from enterprise_rag.config import SmallModelAids
 from enterprise_rag.retrieval.windows import question_windows
 from enterprise_rag.schema.sources import Source
 
-AidsSetting = Literal["auto", "on", "off"]
 NARROW_SOURCES = 2
 
 
-def aids_enabled(setting: AidsSetting, *, local: bool) -> bool:
+def aids_enabled(setting: SmallModelAids, *, local: bool) -> bool:
     """Whether the aids apply: ``on``, or ``auto`` when the generator is the local model."""
     return setting == "on" or (setting == "auto" and local)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from enterprise_rag.answer.checks.citations import split_sentences
@@ -98,11 +98,17 @@ def _evidence(words: set[str], source: str, limit: int = 300) -> str:
     return " ".join(best.split())[:limit]
 
 
-def _holder(words: set[str], sources: Mapping[str, str]) -> str | None:
-    """The source holding at least ``REATTRIBUTE_SHARE`` of ``words``, the best one if several do."""
+def _holder(
+    words: set[str],
+    sources: Mapping[str, str],
+    share: float = REATTRIBUTE_SHARE,
+    holds: Callable[[str], bool] | None = None,
+) -> str | None:
+    """The source holding at least ``share`` of ``words`` (and passing ``holds``, if given), the best one if
+    several do."""
     scores = {label: _share(words, text) for label, text in sources.items()}
-    label = max(scores, key=lambda k: scores[k], default=None)
-    return label if label is not None and scores[label] >= REATTRIBUTE_SHARE else None
+    ranked = sorted(scores, key=lambda k: -scores[k])
+    return next((k for k in ranked if scores[k] >= share and (holds is None or holds(k))), None)
 
 
 def _compact(text: str) -> tuple[str, set[int]]:
@@ -164,22 +170,19 @@ def _verified(
     verified = list(dict.fromkeys(verified))
     if verified:
         missing = _unknown_values(sentence.text, [sources[label] for label in verified], question)
-        if missing and (other := _value_holder(sentence.text, words, sources, question)) is not None:
-            verified, missing, relabelled = [other], [], relabelled + 1
+        if missing:  # cited the wrong one of several sources: move to the one holding it with every value
+
+            def has_values(label: str) -> bool:
+                return not _unknown_values(sentence.text, [sources[label]], question)
+
+            other = _holder(words, sources, MIN_SHARE, has_values)
+            if other is not None:
+                verified, missing, relabelled = [other], [], relabelled + 1
         if not missing:
             quotes = tuple(Quote(label, _evidence(words, sources[label])) for label in verified)
             return Sentence(sentence.text, quotes), (), relabelled
         reasons = [f"{', '.join(missing)} is in none of its cited sources"]
     return None, tuple(reasons), relabelled
-
-
-def _value_holder(text: str, words: set[str], sources: Mapping[str, str], question: str) -> str | None:
-    """The source that holds the sentence (``MIN_SHARE`` of its words) with every number and identifier of it,
-    the best one if several do: where a sentence citing the wrong source of several belongs."""
-    scores = {label: _share(words, source) for label, source in sources.items()}
-    holders = [label for label in sorted(scores, key=lambda k: -scores[k])
-               if scores[label] >= MIN_SHARE and not _unknown_values(text, [sources[label]], question)]  # fmt: skip
-    return holders[0] if holders else None
 
 
 def _neighbour_labels(sentences: tuple[Sentence, ...], i: int, resolved: list[list[str]]) -> list[list[str]]:
