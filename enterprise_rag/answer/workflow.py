@@ -69,7 +69,7 @@ from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.principal import Principal
 from enterprise_rag.retrieval.retriever import RetrievalResult
-from enterprise_rag.retrieval.transforms import Chat, standalone_question
+from enterprise_rag.retrieval.transforms import Chat, concatenated_query, standalone_question
 from enterprise_rag.schema.sources import Source
 
 FLAGGED_ANSWER = (
@@ -222,9 +222,11 @@ class AnswerWorkflow(Workflow):
         async with ctx.store.edit_state() as s:
             if not self._egress_allows(s.run.principal):
                 return self._done(s, NOT_FOUND_ANSWER, not_found=True)
-            phrasings = [s.query]
+            # What leaves the machine comes from the user's words alone (never the standalone rewrite, which
+            # may copy an assistant turn's internal facts); the web rewriter sees nothing else.
+            phrasings = [concatenated_query(s.run.question, s.run.history)]
             if s.decision is not None and s.decision.decision == "fallback" and cfg.web_phrasings > 1:
-                phrasings += await asyncio.to_thread(more_phrasings, s.run.caller, s.query, cfg.web_phrasings - 1)
+                phrasings += await asyncio.to_thread(more_phrasings, s.run.caller, phrasings[0], cfg.web_phrasings - 1)
             error = None
             try:
                 results = await asyncio.to_thread(search_all, self._web_search, phrasings, cfg.max_sources)

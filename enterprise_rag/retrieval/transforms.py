@@ -37,7 +37,9 @@ def llm_chat(llm: LLM) -> Chat:
 
 
 def concatenated_query(question: str, history: History) -> str:
-    """A no-LLM standalone query: the user turns of the conversation followed by the question."""
+    """The user's own words: the user turns of the conversation followed by the question.
+
+    The no-LLM standalone query, and the only text a web search may send out."""
     asked = [str(t.get("content", "")) for t in history if t.get("role") == "user"]
     return " ".join([*asked, question])
 

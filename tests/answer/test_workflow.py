@@ -30,6 +30,7 @@ from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch
 from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.testing import ScriptedLLM, yes_probability
+from tests.support.http import RequestsRouter, http_requests  # noqa: F401  (fixture)
 from tests.support.workflow import (
     ALICE,
     CHECK_OK,
@@ -519,6 +520,47 @@ def test_web_fallback_refused_when_egress_not_allowed_for_the_groups(make_rag: M
     assert res.pipeline["decision"] == "fallback" and generator.calls == []
     trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None and step_data(trace, "web") == []
+
+
+NITROGEN_RESULT = {
+    "query": "",
+    "results": [{"title": "Cryogenics", "url": "https://lab.example/nitrogen", "score": 0.9, "raw_content": None,
+                 "content": "Liquid nitrogen boils at minus 196 degrees Celsius at normal pressure."}],
+}  # fmt: skip
+
+
+def test_web_search_sends_only_the_users_own_words(make_rag: MakeRag, http_requests: RequestsRouter) -> None:
+    """An assistant turn quotes an internal value and the standalone rewrite copies it: the web query
+    (and every extra phrasing) is made from the user's turns alone, and the trace holds what was sent."""
+    secret = "KV-CONFIDENTIAL-7731"
+    history = [
+        {"role": "user", "content": "Which storage tank holds our nitrogen?"},
+        {"role": "assistant", "content": f"Tank {secret} in the basement holds it. [S1]"},
+    ]
+    question = "At what temperature does it boil?"
+
+    def echo_rewrite(messages: list[Any], kwargs: dict[str, Any]) -> str:  # a rewriter copies what it is shown
+        return re.search(r"Question: (.*)", messages[-1].content).group(1) + " boiling point"  # type: ignore[union-attr]
+
+    http_requests.add("POST", "https://api.tavily.com/search", (200, NITROGEN_RESULT))
+    generator, grader = llms(grade=GRADE_NO, generate=answer_with("196"), rewrite=echo_rewrite,
+                             standalone=f"At what temperature does the nitrogen in tank {secret} boil?")  # fmt: skip
+    rag = make_rag(
+        generator, grader, workflow={"max_query_rewrites": 1, "web_phrasings": 2},
+        web_search={"provider": "tavily", "api_key": "tvly-test-not-a-key", "egress_groups": ["research"]},
+    )  # fmt: skip
+    rita = Principal(user_id="rita", groups=["all-staff", "research"])
+    res = rag.query(question, user=rita, history=history)
+
+    assert "196" in res.answer and res.pipeline["web_search_used"] is True
+    sent = [json.loads(str(c.body))["query"] for c in http_requests.calls]
+    own = f"{history[0]['content']} {question}"
+    assert sent == [own, f"{own} boiling point"]
+    assert not any(secret in str(c.body) or "basement" in str(c.body) for c in http_requests.calls)
+    trace = rag.trace(res.trace_id, rita)
+    assert trace is not None
+    assert step_data(trace, "retrieve")[0]["query"].endswith(f"tank {secret} boil?")  # inside, the rewrite is used
+    assert step_data(trace, "web")[0]["phrasings"] == sent
 
 
 def test_web_search_failure_falls_back_to_not_found(make_rag: MakeRag, tmp_path: Path) -> None:

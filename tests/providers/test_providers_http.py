@@ -10,13 +10,11 @@ an autouse guard refuses every non-local socket, so nothing can reach a live ser
 from __future__ import annotations
 
 import base64
-import io
 import json
 import math
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,6 @@ import openai
 import pytest
 import requests
 import respx
-import urllib3
 from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import NodeWithScore, TextNode
 
@@ -44,7 +41,7 @@ from enterprise_rag.providers import Providers
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch, WebSearch, host_allowed
 from enterprise_rag.schema.sources import WebResult
-from tests.support.http import clean_env, completion, no_network  # noqa: F401  (autouse guards)
+from tests.support.http import RequestsRouter, clean_env, completion, http_requests, no_network  # noqa: F401  (fixtures)
 
 OPENAI = "https://api.openai.com/v1"
 COHERE_RERANK = "https://api.cohere.com/v2/rerank"
@@ -65,62 +62,6 @@ def test_the_network_guard_refuses_remote_hosts() -> None:
 def _providers(tmp_path: Path, **overrides: Any) -> Providers:
     settings: RagSettings = load_settings(None, data_dir=tmp_path / "data", **overrides)
     return Providers(settings, settings.resolved_data_dir())
-
-
-# --- requests-level router for tavily-python ---------------------------------------------------------
-
-Handler = Callable[[requests.PreparedRequest], tuple[int, Any]]
-
-
-class RequestsRouter:
-    """Answers ``requests`` at the transport adapter: recorded JSON per (method, url), or an exception."""
-
-    def __init__(self) -> None:
-        self.routes: dict[tuple[str, str], list[Handler | BaseException]] = {}
-        self.calls: list[requests.PreparedRequest] = []
-
-    def add(self, method: str, url: str, *answers: tuple[int, Any] | Handler | BaseException) -> None:
-        handlers: list[Handler | BaseException] = []
-        for answer in answers:
-            if isinstance(answer, tuple):
-                handlers.append(lambda _req, _a=answer: _a)  # type: ignore[misc]
-            else:
-                handlers.append(answer)
-        self.routes[(method.upper(), url)] = handlers
-
-    def send(self, adapter: requests.adapters.HTTPAdapter, request: requests.PreparedRequest, **_: Any) -> Any:
-        self.calls.append(request)
-        handlers = self.routes.get((str(request.method), str(request.url)))
-        if not handlers:
-            raise AssertionError(f"unmocked HTTP call: {request.method} {request.url}")
-        handler = handlers.pop(0) if len(handlers) > 1 else handlers[0]  # the last answer repeats
-        if isinstance(handler, BaseException):
-            raise handler
-        status, payload = handler(request)
-        body = json.dumps(payload).encode("utf-8")
-        raw = urllib3.HTTPResponse(
-            body=io.BytesIO(body),
-            headers={"Content-Type": "application/json", "Content-Length": str(len(body))},
-            status=status,
-            preload_content=False,
-        )
-        return adapter.build_response(request, raw)
-
-    def json_body(self, i: int = -1) -> dict[str, Any]:
-        body = self.calls[i].body
-        assert body is not None
-        return json.loads(body)  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def http_requests(monkeypatch: pytest.MonkeyPatch) -> Iterator[RequestsRouter]:
-    router = RequestsRouter()
-
-    def send(adapter: requests.adapters.HTTPAdapter, request: requests.PreparedRequest, **kwargs: Any) -> Any:
-        return router.send(adapter, request, **kwargs)
-
-    monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", send)
-    yield router
 
 
 # --- OpenAI embeddings -------------------------------------------------------------------------------

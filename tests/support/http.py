@@ -1,13 +1,19 @@
-"""HTTP guards for provider tests: no real network, no provider keys from the environment, canned completions."""
+"""HTTP for provider tests: no real network, no provider keys from the environment, canned completions,
+and a transport-level router for ``requests`` (tavily-python)."""
 
 from __future__ import annotations
 
+import io
 import ipaddress
+import json
 import os
 import socket
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import requests
+import urllib3
 
 _ENV = (
     "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID",
@@ -88,3 +94,59 @@ def completion(content: str, prompt_tokens: int = 21, completion_tokens: int = 5
         },
         "system_fingerprint": "fp_test",
     }
+
+
+# --- requests-level router for tavily-python ---------------------------------------------------------
+
+Handler = Callable[[requests.PreparedRequest], tuple[int, Any]]
+
+
+class RequestsRouter:
+    """Answers ``requests`` at the transport adapter: recorded JSON per (method, url), or an exception."""
+
+    def __init__(self) -> None:
+        self.routes: dict[tuple[str, str], list[Handler | BaseException]] = {}
+        self.calls: list[requests.PreparedRequest] = []
+
+    def add(self, method: str, url: str, *answers: tuple[int, Any] | Handler | BaseException) -> None:
+        handlers: list[Handler | BaseException] = []
+        for answer in answers:
+            if isinstance(answer, tuple):
+                handlers.append(lambda _req, _a=answer: _a)  # type: ignore[misc]
+            else:
+                handlers.append(answer)
+        self.routes[(method.upper(), url)] = handlers
+
+    def send(self, adapter: requests.adapters.HTTPAdapter, request: requests.PreparedRequest, **_: Any) -> Any:
+        self.calls.append(request)
+        handlers = self.routes.get((str(request.method), str(request.url)))
+        if not handlers:
+            raise AssertionError(f"unmocked HTTP call: {request.method} {request.url}")
+        handler = handlers.pop(0) if len(handlers) > 1 else handlers[0]  # the last answer repeats
+        if isinstance(handler, BaseException):
+            raise handler
+        status, payload = handler(request)
+        body = json.dumps(payload).encode("utf-8")
+        raw = urllib3.HTTPResponse(
+            body=io.BytesIO(body),
+            headers={"Content-Type": "application/json", "Content-Length": str(len(body))},
+            status=status,
+            preload_content=False,
+        )
+        return adapter.build_response(request, raw)
+
+    def json_body(self, i: int = -1) -> dict[str, Any]:
+        body = self.calls[i].body
+        assert body is not None
+        return json.loads(body)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def http_requests(monkeypatch: pytest.MonkeyPatch) -> Iterator[RequestsRouter]:
+    router = RequestsRouter()
+
+    def send(adapter: requests.adapters.HTTPAdapter, request: requests.PreparedRequest, **kwargs: Any) -> Any:
+        return router.send(adapter, request, **kwargs)
+
+    monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", send)
+    yield router
