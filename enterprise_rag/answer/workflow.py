@@ -161,6 +161,7 @@ class AnswerWorkflow(Workflow):
         async with ctx.store.edit_state() as s:
             s.queries.append(ev.query)
             result = await asyncio.to_thread(self._retrieve, s.run.principal, ev.query, self._cfg.top_k)
+            s.run.recorder.documents({str(n.node.metadata.get("document_id", "")) for n in result.nodes} - {""})
             new = []
             for n in result.nodes:
                 if n.node.node_id not in s.candidates:

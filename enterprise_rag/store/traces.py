@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from enterprise_rag.errors import PermissionDeniedError
@@ -58,10 +59,20 @@ class TraceStore:
                 conn.execute("UPDATE rag_traces SET status = 'running', error = NULL WHERE trace_id = %s", (trace_id,))
                 return False
             conn.execute(
-                "INSERT INTO rag_traces (trace_id, user_id, groups, question, history) VALUES (%s, %s, %s, %s, %s)",
+                "INSERT INTO rag_traces (trace_id, user_id, groups, question, history, document_ids)"
+                " VALUES (%s, %s, %s, %s, %s, '{}')",
                 (trace_id, principal.user_id, groups, storable_text(question), _json(history)),
             )
             return True
+
+    def record_documents(self, trace_id: str, document_ids: Sequence[str]) -> None:
+        """Add to the documents the trace's run retrieved from (see :meth:`get`)."""
+        with self._db.connection() as conn:
+            conn.execute(
+                "UPDATE rag_traces SET document_ids = ARRAY(SELECT DISTINCT d FROM"
+                " unnest(coalesce(document_ids, '{}') || %s::text[]) AS d ORDER BY d) WHERE trace_id = %s",
+                (list(document_ids), trace_id),
+            )
 
     def record_step(self, trace_id: str, seq: int, step: str, data: dict[str, Any], ms: float) -> None:
         with self._db.connection() as conn:
@@ -99,17 +110,30 @@ class TraceStore:
             )
 
     def get(self, trace_id: str, principal: Principal) -> dict[str, Any] | None:
-        """The whole trace, or None if it does not exist or belongs to another user."""
+        """The whole trace, or None if it does not exist or belongs to another user.
+
+        Permissions are checked again as the trace is read: when its run retrieved from a document
+        the reader may not read now (a group was taken away, the document deleted or re-shared),
+        or from documents not recorded, everything the retrieved text reached is redacted
+        (see :func:`redact`).
+        """
         if not storable_name(principal.user_id):
             return None  # such an id owns no trace (see start)
         with self._db.connection() as conn, read_as(conn, principal):
             row = conn.execute(
-                "SELECT trace_id, user_id, groups, question, history, status, result, error, created_at, finished_at"
-                " FROM rag_traces WHERE trace_id = %s AND user_id = %s",
+                "SELECT trace_id, user_id, groups, question, history, status, result, error, created_at, finished_at,"
+                " document_ids FROM rag_traces WHERE trace_id = %s AND user_id = %s",
                 (trace_id, principal.user_id),
             ).fetchone()
             if row is None:
                 return None
+            used: list[str] | None = row[-1]
+            readable = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT document_id FROM rag_documents WHERE document_id = ANY(%s)", (used or [],)
+                ).fetchall()
+            }
             steps = conn.execute(
                 "SELECT seq, step, data, ms FROM rag_trace_steps WHERE trace_id = %s ORDER BY seq", (trace_id,)
             ).fetchall()
@@ -120,11 +144,12 @@ class TraceStore:
             ).fetchall()
         keys = ("trace_id", "user_id", "groups", "question", "history", "status", "result", "error", "created_at",
                 "finished_at")  # fmt: skip
-        trace = dict(zip(keys, row, strict=True))
+        trace = dict(zip(keys, row[:-1], strict=True))
         trace["steps"] = [{"seq": s[0], "step": s[1], "data": s[2], "ms": s[3]} for s in steps]
         call_keys = ("seq", "name", "role", "model", "messages", "response", "prompt_tokens", "completion_tokens", "ms")
         trace["llm_calls"] = [dict(zip(call_keys, c, strict=True)) for c in calls]
-        return trace
+        unreadable = None if used is None else set(used) - readable
+        return trace if unreadable == set() else redact(trace, unreadable)
 
     def recent(self, principal: Principal, limit: int = 20) -> list[dict[str, Any]]:
         if not storable_name(principal.user_id):
@@ -136,6 +161,36 @@ class TraceStore:
                 (principal.user_id, limit),
             ).fetchall()
         return [{"trace_id": r[0], "question": r[1], "status": r[2], "created_at": r[3]} for r in rows]
+
+
+REDACTED = "[redacted: this trace used a document you can no longer read]"
+
+
+def redact(trace: dict[str, Any], unreadable: set[str] | None) -> dict[str, Any]:
+    """``trace`` with everything that retrieved text reached replaced by :data:`REDACTED`.
+
+    ``unreadable``: the documents the reader may no longer read (None: not known). Retrieved
+    passages go into prompts, model replies, step data and the answer, and a reply can restate a
+    passage in other words, so no finer cut is safe: every prompt, reply, step's data and the
+    answer go, and each citation of an unreadable (or unknown) document. The question,
+    the history the user sent, and step names, timings and token counts stay.
+    """
+
+    def hidden(item: dict[str, Any]) -> bool:
+        return unreadable is None or str(item.get("document_id", "")) in unreadable
+
+    out = {**trace}
+    out["steps"] = [{**s, "data": {"redacted": REDACTED}} for s in trace["steps"]]
+    out["llm_calls"] = [{**c, "messages": [], "response": REDACTED} for c in trace["llm_calls"]]
+    result = trace.get("result")
+    if isinstance(result, dict):
+        out["result"] = {**result, "answer": REDACTED}
+        out["result"]["citations"] = [{"redacted": REDACTED} if hidden(c) else c for c in result.get("citations", [])]
+        support = result.get("evaluation", {}).get("support")
+        if isinstance(support, dict) and support.get("unsupported_claims"):  # sentences of the answer
+            redacted_support = {**support, "unsupported_claims": [REDACTED]}
+            out["result"]["evaluation"] = {**result["evaluation"], "support": redacted_support}
+    return out
 
 
 class TraceRecorder:
@@ -158,6 +213,11 @@ class TraceRecorder:
         self.steps.append({"seq": seq, "step": name, "data": data, "ms": round(ms, 1)})
         if self.store:
             self.store.record_step(self.trace_id, seq, name, data, ms)
+
+    def documents(self, document_ids: set[str]) -> None:
+        """Record the documents the run retrieved from (checked again whenever the trace is read)."""
+        if self.store and document_ids:
+            self.store.record_documents(self.trace_id, sorted(document_ids))
 
     def replayed(self, key: str) -> dict[str, Any] | None:
         return self._replay.get(key)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from enterprise_rag import EnterpriseRAG, Principal
@@ -28,7 +29,7 @@ from enterprise_rag.errors import LLMError, PermissionDeniedError
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch
-from enterprise_rag.store.traces import TraceStore
+from enterprise_rag.store.traces import REDACTED, TraceStore
 from enterprise_rag.testing import ScriptedLLM, yes_probability
 from tests.support.http import RequestsRouter, http_requests  # noqa: F401  (fixture)
 from tests.support.workflow import (
@@ -207,6 +208,48 @@ def test_trace_records_steps_grades_prompts_for_its_owner_only(make_rag: MakeRag
         rag.resume(res.trace_id, mallory)
     with pytest.raises(PermissionDeniedError, match="another user"):
         rag.query(QUESTION, user=mallory, trace_id=res.trace_id)  # nor run on under its id
+
+
+BONUS_DOC = {"bonus.md": "# Retention bonus\n\nThe retention bonus for grade 7 engineers is 9,400 euros a year.\n"}
+BONUS_QUESTION = "How large is the retention bonus for grade 7?"
+
+
+def test_a_trace_is_redacted_for_a_reader_who_lost_access_to_its_documents(make_rag: MakeRag, tmp_path: Path) -> None:
+    generator, grader = llms(grade=grade_yes_if("9,400"), generate=answer_with("9,400"))
+    rag = make_rag(generator, grader)
+    assert not rag.ingest(write_docs(tmp_path / "hr", BONUS_DOC), allowed_groups=["hr"]).failed
+    hana = Principal(user_id="hana", groups=["all-staff", "hr"])
+    res = rag.query(BONUS_QUESTION, user=hana)
+    assert "9,400" in res.answer
+
+    full = rag.trace(res.trace_id, hana)
+    assert full is not None and "9,400" in json.dumps(full, default=str)
+    moved = Principal(user_id="hana", groups=["all-staff"])  # taken out of hr after the query
+    trace = rag.trace(res.trace_id, moved)
+    assert trace is not None
+    dumped = json.dumps(trace, default=str)
+    assert "9,400" not in dumped and "bonus.md" not in dumped and "grade 7 engineers" not in dumped
+    assert trace["result"]["answer"] == REDACTED
+    assert trace["result"]["citations"] == [{"redacted": REDACTED}] * len(full["result"]["citations"])
+    assert all(c["messages"] == [] and c["response"] == REDACTED for c in trace["llm_calls"])
+    assert [(s["step"], s["ms"]) for s in trace["steps"]] == [(s["step"], s["ms"]) for s in full["steps"]]
+    assert trace["question"] == BONUS_QUESTION and trace["result"]["pipeline"] == full["result"]["pipeline"]
+
+    assert rag.trace(res.trace_id, hana) == full  # still in hr: nothing is hidden
+    assert rag.delete(str(tmp_path / "hr" / "bonus.md"))
+    assert rag.trace(res.trace_id, hana)["result"]["answer"] == REDACTED  # type: ignore[index]  # deleted since
+
+
+def test_a_trace_whose_documents_were_not_recorded_is_redacted(make_rag: MakeRag, fresh_dsn: str) -> None:
+    generator, grader = llms()
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert rag.trace(res.trace_id, ALICE)["result"]["answer"] == res.answer  # type: ignore[index]
+    with psycopg.connect(fresh_dsn) as conn:  # as a trace written before documents were recorded
+        conn.execute("UPDATE rag_traces SET document_ids = NULL WHERE trace_id = %s", (res.trace_id,))
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None and FACT not in json.dumps(trace, default=str)
+    assert trace["result"]["citations"] == [{"redacted": REDACTED}] * len(res.citations)
 
 
 def test_same_question_twice_uses_the_grade_cache(make_rag: MakeRag) -> None:
