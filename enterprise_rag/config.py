@@ -78,7 +78,13 @@ class LLMRoleSettings(_Section):
         2, ge=0, le=10, description="HTTP retries of one call (OpenAI: 429, 5xx, timeout; total = this + 1)."
     )
     api_key: SecretStr | None = Field(None, description="OpenAI API key (else OPENAI_API_KEY).")
-    api_base: str | None = Field(None, description="OpenAI-compatible base URL.")
+    api_base: str | None = Field(
+        None, description="OpenAI-compatible base URL (vLLM, Ollama, llama.cpp, a gateway); any model name."
+    )
+    context_window: int | None = Field(
+        None, ge=512, description="openai: the model's context tokens (unset: OpenAI's own figure, else 8192)."
+    )
+    chat_model: bool = Field(True, description="openai: the model takes chat messages (false: the completions API).")
 
 
 class LLMSettings(_Section):

@@ -1,4 +1,9 @@
-"""llama-index's OpenAI LLM with one retry owner, so the HTTP attempts equal the configured bound.
+"""llama-index's OpenAI-compatible LLM with one retry owner, so the HTTP attempts equal the configured bound.
+
+It derives from ``OpenAILike``, not ``OpenAI``: the stock ``OpenAI`` looks the model name up
+in a table of OpenAI models and raises "Unknown model" for any other, so an ``api_base`` that
+points at vLLM, Ollama, llama.cpp or a gateway (``llama3.1:8b``, ``Qwen/Qwen2.5-7B-Instruct``)
+failed every call. The context window and chat mode come from configuration instead.
 
 Stock ``OpenAI(max_retries=n)`` retries twice over: a tenacity loop of ``n``
 attempts around the openai SDK, whose client retries ``n`` more times per
@@ -11,7 +16,7 @@ workflow's own retry loop does not multiply again.
 Stock also lets the instance's ``max_tokens`` override a per-call ``max_tokens``;
 here the call's budget wins, as it does for the local model.
 
-The class derives from llama-index's ``OpenAI``, which comes with the ``openai``
+The class derives from llama-index's ``OpenAILike``, which comes with the ``openai``
 extra (and takes most of a second to import), so it is defined on first use by
 :func:`bounded_retry_openai_class`: importing this module needs neither.
 """
@@ -35,17 +40,29 @@ def bounded_retry_openai(**kwargs: Any) -> LLM:
     return bounded_retry_openai_class()(**kwargs)
 
 
+DEFAULT_CONTEXT_WINDOW = 8192
+
+
+def openai_context_window(model: str) -> int:
+    """OpenAI's context window for one of its model names; :data:`DEFAULT_CONTEXT_WINDOW` for any other."""
+    utils = require("llama_index.llms.openai.utils", "openai")
+    try:
+        return int(utils.openai_modelname_to_contextsize(model))
+    except ValueError:
+        return DEFAULT_CONTEXT_WINDOW
+
+
 @functools.cache
 def bounded_retry_openai_class() -> type[LLM]:
     """The ``BoundedRetryOpenAI`` class, defined once, on the first call (imports the ``openai`` extra)."""
     if TYPE_CHECKING:
         import openai
-        from llama_index.llms.openai import OpenAI
+        from llama_index.llms.openai_like import OpenAILike
     else:
         openai = require("openai", "openai")
-        OpenAI = require("llama_index.llms.openai", "openai").OpenAI
+        OpenAILike = require("llama_index.llms.openai_like", "openai").OpenAILike
 
-    class BoundedRetryOpenAI(OpenAI):
+    class BoundedRetryOpenAI(OpenAILike):
         """``OpenAI`` whose SDK client retries ``http_max_retries`` times and whose wrapper never retries."""
 
         http_max_retries: int = Field(default=2, ge=0, description="Retries of one call by the openai SDK.")

@@ -27,7 +27,7 @@ from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding
 from enterprise_rag.providers.local_llm import LocalLlamaLLM
 from enterprise_rag.providers.model_files import require_model
-from enterprise_rag.providers.openai_llm import bounded_retry_openai
+from enterprise_rag.providers.openai_llm import bounded_retry_openai, openai_context_window
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch, WebSearch
 from enterprise_rag.retrieval.cohere_rerank import timed_cohere_rerank
 from enterprise_rag.retrieval.llm_rerank import LLMPointwiseRerank
@@ -42,13 +42,17 @@ def _local_embedding(s: RagSettings, data_dir: Path) -> BaseEmbedding:
 
 
 def _openai_embedding(s: RagSettings, data_dir: Path) -> BaseEmbedding:
-    module = require("llama_index.embeddings.openai", "openai")
-    return module.OpenAIEmbedding(  # type: ignore[no-any-return]
-        model=s.embedding.model,
-        dimensions=s.embedding.dimensions,
-        embed_batch_size=s.embedding.batch_size,
-        api_key=_secret(s.embedding.api_key, "OPENAI_API_KEY"),
-        api_base=s.embedding.api_base,
+    """OpenAI or any OpenAI-compatible embedding server, under any model name (``OpenAILikeEmbedding``:
+    the stock ``OpenAIEmbedding`` accepts only OpenAI's model names)."""
+    module = require("llama_index.embeddings.openai_like", "openai")
+    e = s.embedding
+    return module.OpenAILikeEmbedding(  # type: ignore[no-any-return]
+        model_name=e.model,
+        # Only OpenAI's text-embedding-3 models take a size; another server may refuse the field.
+        dimensions=e.dimensions if e.model.startswith("text-embedding-3") else None,
+        embed_batch_size=e.batch_size,
+        api_key=_secret(e.api_key, "OPENAI_API_KEY"),
+        api_base=e.api_base,
     )
 
 
@@ -68,6 +72,8 @@ def _local_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
 def _openai_llm(role: LLMRoleSettings, s: RagSettings, data_dir: Path) -> LLM:
     return bounded_retry_openai(
         model=role.model,
+        context_window=role.context_window or openai_context_window(role.model),
+        is_chat_model=role.chat_model,
         temperature=role.temperature,
         max_tokens=role.max_tokens,
         timeout=role.timeout_s,
