@@ -6,9 +6,10 @@ group ``common``, 1% by group ``rare``. Query vectors are fixed random vectors (
 model runs), so the figures are the database path only: ``search()`` (the one hybrid statement)
 and ``retrieve()`` (search, parent merging, section windows).
 
-Each path runs alternately as shipped (``read_as``: the reader role, policies of
-``enterprise_rag/sql/0004_row_security.sql``) and as the owner (what the code did before that migration: the
-same statements, our own ACL predicates only), so both see the same load on a shared machine.
+Each path runs alternately as shipped (the package's login role, a signed principal, the reader
+role's policies of ``enterprise_rag/sql/0004_row_security.sql`` and ``0007_signed_principal.sql``) and as
+the tables' owner with no second wall (the same statements, our own ACL predicates only), so both
+see the same load on a shared machine.
 
     .venv/bin/python benchmarks/rls_latency.py [--store-dir /tmp/erag-rls-bench] [--repeats 60]
 
@@ -30,6 +31,7 @@ from unittest import mock
 import numpy as np
 import psycopg
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from pgvector.psycopg import register_vector
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
@@ -37,8 +39,8 @@ from enterprise_rag.retrieval.retriever import RetrievalOptions
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
 from enterprise_rag.store import parents as store_parents
 from enterprise_rag.store import search as store_search
+from enterprise_rag.store.database import Database
 from enterprise_rag.store.embedded import start_embedded
-from enterprise_rag.store.scoping import read_as
 from enterprise_rag.store.search import SearchParams, search
 from enterprise_rag.store.writer import PreparedDocument, write_documents
 
@@ -94,28 +96,43 @@ def build_store(rag: EnterpriseRAG) -> None:
 
 
 @contextmanager
-def _as_owner(conn: psycopg.Connection, principal: Principal) -> Iterator[None]:
-    """The pre-RLS behaviour: a plain transaction as the connecting owner."""
+def _no_scope(conn: psycopg.Connection, principal: Principal) -> Iterator[None]:
+    """No second wall: a plain transaction of the owner's connection."""
     with conn.transaction():
         yield
 
 
-def _ab_ms(fn: Any, repeats: int) -> dict[str, tuple[float, float]]:
-    """p50 and p95 of ``fn`` with RLS and as the owner, alternating call by call."""
-    variants = {"rls": read_as, "owner": _as_owner}
+def _ab_ms(variants: dict[str, Any], repeats: int) -> dict[str, tuple[float, float]]:
+    """p50 and p95 of each variant (name -> fn(i)), alternating call by call."""
     times: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(repeats + 1):
-        for name, scope in variants.items():
-            with mock.patch.object(store_search, "read_as", scope), mock.patch.object(store_parents, "read_as", scope):
-                t0 = time.perf_counter()
-                fn(i)
-                if i:  # the first round warms up
-                    times[name].append((time.perf_counter() - t0) * 1000)
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            fn(i)
+            if i:  # the first round warms up
+                times[name].append((time.perf_counter() - t0) * 1000)
     out = {}
     for name, values in times.items():
         values.sort()
         out[name] = (statistics.median(values), values[int(0.95 * (len(values) - 1))])
     return out
+
+
+@contextmanager
+def _without_the_wall(owner: psycopg.Connection) -> Iterator[None]:
+    """Reads go to the owner's connection with no role, principal or policy in the way."""
+
+    @contextmanager
+    def connection_for(principal: Principal) -> Iterator[psycopg.Connection]:
+        with owner.transaction():
+            yield owner
+
+    with (
+        mock.patch.object(store_search, "read_as", _no_scope),
+        mock.patch.object(store_parents, "read_as", _no_scope),
+        mock.patch.object(Database, "connection_for", lambda self, p: connection_for(p)),
+    ):
+        yield
 
 
 def main() -> None:
@@ -132,30 +149,39 @@ def main() -> None:
     rag = EnterpriseRAG(data_dir=args.store_dir, settings=load_settings(None, database={"dsn": dsn}), embed_model=embed)
     if rag.status()["leaf_nodes"] < DOCS * LEAVES_PER_DOC:
         build_store(rag)
-    with rag.db.connection() as conn:
-        migrations = [r[0] for r in conn.execute("SELECT filename FROM rag_migrations ORDER BY filename")]
+    migrations = rag.status()["migrations"]
     print(f"store: {DOCS * LEAVES_PER_DOC} leaves; migrations applied: {', '.join(migrations)}")
     rng = np.random.default_rng(11)
     questions = [" ".join(_words(rng, 6)) for _ in range(args.repeats)]
     vectors = [embed.get_query_embedding(q) for q in questions]
     principals = {"broad (99%)": Principal("u1", ["common"]), "selective (1%)": Principal("u2", ["rare"])}
-    print(f"{'principal':<16} {'path':<22} {'p50 owner':>10} {'p50 RLS':>8} {'p95 owner':>10} {'p95 RLS':>8}")
+    owner = psycopg.connect(dsn, autocommit=True)
+    register_vector(owner)
+    print(
+        f"{'principal':<16} {'path':<22} {'p50 none':>9} {'p50 wall':>9} {'ratio':>6} {'p95 none':>9} {'p95 wall':>9}"
+    )
     for label, principal in principals.items():
         runs: dict[str, Any] = {}
         for mode in ("hybrid", "text", "dense"):
             params = SearchParams(candidates=50)
 
             def one_search(i: int, mode: Any = mode, params: SearchParams = params, p: Principal = principal) -> None:
-                with rag.db.connection() as conn:
+                with rag.db.connection_for(p) as conn:
                     search(conn, p, questions[i % len(questions)], vectors[i % len(questions)], params, mode)
 
             runs[f"search() {mode}"] = one_search
         retriever = rag.as_retriever(principal, top_k=5, options=RetrievalOptions(mode="hybrid"))
         runs["retrieve() hybrid k=5"] = lambda i, r=retriever: r.retrieve(questions[i % len(questions)])
         for path, fn in runs.items():
-            got = _ab_ms(fn, args.repeats)
-            (o50, o95), (r50, r95) = got["owner"], got["rls"]
-            print(f"{label:<16} {path:<22} {o50:10.1f} {r50:8.1f} {o95:10.1f} {r95:8.1f}")
+
+            def without(i: int, fn: Any = fn) -> None:
+                with _without_the_wall(owner):
+                    fn(i)
+
+            got = _ab_ms({"wall": fn, "none": without}, args.repeats)
+            (n50, n95), (w50, w95) = got["none"], got["wall"]
+            print(f"{label:<16} {path:<22} {n50:9.1f} {w50:9.1f} {w50 / n50:6.2f} {n95:9.1f} {w95:9.1f}")
+    owner.close()
     rag.close()
 
 

@@ -62,8 +62,10 @@ class EnterpriseRAG:
         embed_model: BaseEmbedding | None = None,
         generator: LLM | None = None,
         grader: LLM | None = None,
+        stop_server_on_close: bool = False,
     ) -> None:
         self.settings = settings if settings is not None else load_settings()
+        self.stop_server_on_close = stop_server_on_close
         if data_dir is not None:
             self.settings = self.settings.model_copy(update={"data_dir": Path(data_dir)})
         self.data_dir = self.settings.resolved_data_dir()
@@ -293,8 +295,10 @@ class EnterpriseRAG:
         }
 
     def close(self) -> None:
-        """Close the connection pool (the embedded server keeps running for the next process)."""
-        self.db.close()
+        """Close the connection pool. The embedded server keeps running for the next process, unless
+        ``stop_server_on_close`` was given: then a server this instance started is stopped when no
+        other process is connected to it."""
+        self.db.close(stop_server=self.stop_server_on_close)
 
     def __enter__(self) -> EnterpriseRAG:
         return self

@@ -36,6 +36,7 @@ from enterprise_rag.cli.eval import eval_command
 from enterprise_rag.config import load_settings
 from enterprise_rag.errors import ConfigError, ModelError, PermissionDeniedError, RagError, StoreError
 from enterprise_rag.providers.model_files import GGUF_SHA256, install_model
+from enterprise_rag.store.embedded import stop_embedded
 
 app = typer.Typer(
     add_completion=False,
@@ -63,6 +64,17 @@ def status(config: ConfigOpt = None, data_dir: DataDirOpt = None, as_json: JsonO
     for role, model in info["models"].items():
         table.add_row(f"model: {role}", model)
     out.print(table)
+
+
+@command
+def stop(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+    """Stop the embedded PostgreSQL of the data dir (processes still connected lose their connection)."""
+    settings = load_settings(config, **({"data_dir": data_dir} if data_dir else {}))
+    if settings.database.dsn is not None:
+        raise ConfigError("database.dsn points at an external server: there is no embedded server to stop")
+    folder = settings.resolved_data_dir()
+    out.print(f"stopped the embedded PostgreSQL in {folder}" if stop_embedded(folder) else
+              f"no embedded PostgreSQL is running in {folder}", markup=False, highlight=False)  # fmt: skip
 
 
 @models_app.command("install", epilog=EXIT_CODES_HELP)

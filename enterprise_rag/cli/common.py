@@ -56,7 +56,9 @@ def split_csv(value: str | None) -> list[str] | None:
 
 
 def open_rag(config: Path | None, data_dir: Path | None) -> EnterpriseRAG:
-    return EnterpriseRAG.from_config(config, data_dir=data_dir)
+    """The store of one command; an embedded server the command had to start is stopped when it ends
+    (unless another process has connected to it meanwhile)."""
+    return EnterpriseRAG.from_config(config, data_dir=data_dir, stop_server_on_close=True)
 
 
 def progress_bar() -> Progress:

@@ -149,7 +149,7 @@ class PermissionScopedRetriever(BaseRetriever):
                 if len(embed_texts) > 1
                 else [self._embed_model.get_query_embedding(embed_texts[0])]
             )
-        with self._db.connection() as conn:
+        with self._db.connection_for(self._principal) as conn:
             rankings = [
                 search(conn, self._principal, q, v, self._params, opts.mode)
                 for q, v in zip(queries, vectors, strict=False)

@@ -3,7 +3,9 @@
 It listens on a unix socket only. A server already running on the same data
 dir (started by another process or an earlier run) is reused. The server is
 left running when the process exits so the next process attaches in ~0.3 s;
-:func:`stop_embedded` stops it.
+:func:`stop_embedded` stops it (``enterprise-rag stop``), and a
+``Database`` closed with ``stop_server=True`` stops the server it started
+itself when no other process is connected.
 
 PostgreSQL's default ``shared_buffers`` (128 MB) is too small once the HNSW
 index and the BM25 postings of a few hundred thousand chunks are in use: every
@@ -12,14 +14,23 @@ half 16-28 ms instead of ~8 ms). The server this module starts gets
 ``shared_buffers_mb`` (at most a quarter of RAM) through ``ALTER SYSTEM``,
 with one restart right after its first start; a server found already running
 keeps its setting until its next restart.
+
+Nobody else on the machine gets in: the socket's directory is closed to other users (0700, the
+server's own), and connections authenticate with a password (SCRAM), the superuser's kept in
+``data_dir/pg-owner.secret`` (0600). Starts of one data dir are serialised by a file lock, so a
+second process never attaches while the first is still configuring or restarting the server.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import logging
 import os
+import secrets
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from enterprise_rag.errors import MissingExtraError, StoreError
@@ -56,14 +67,72 @@ def start_embedded(data_dir: Path, shared_buffers_mb: int = DEFAULT_SHARED_BUFFE
         )
     data_dir.mkdir(parents=True, exist_ok=True)
     pgserver = _pgserver()
-    was_running = (data_dir / "pg" / "postmaster.pid").exists()
-    uri = _get_server(pgserver, data_dir)
-    if shared_buffers_mb > 0 and _set_shared_buffers(uri, shared_buffers_mb) and not was_running:
-        # we started it, so no other process uses it yet: restart once to apply the new size
-        stop_embedded(data_dir)
-        uri = _get_server(pgserver, data_dir)
+    with _start_lock(data_dir):
+        was_running = embedded_running(data_dir)
+        uri = _require_password(_get_server(pgserver, data_dir), data_dir)
+        if shared_buffers_mb > 0 and _set_shared_buffers(uri, shared_buffers_mb) and not was_running:
+            # we started it, so no other process uses it yet: restart once to apply the new size
+            stop_embedded(data_dir)
+            uri = _require_password(_get_server(pgserver, data_dir), data_dir)
+        _close_socket_dir(uri, data_dir / "pg")
     logger.info("embedded PostgreSQL ready at %s", data_dir / "pg")
     return uri
+
+
+@contextmanager
+def _start_lock(data_dir: Path) -> Iterator[None]:
+    with open(data_dir / ".pg-start.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+_SCRAM_HBA = "# enterprise_rag: the unix socket only, with a password\nlocal all all scram-sha-256\n"
+
+
+def _owner_password(data_dir: Path) -> str:
+    """The superuser's password, made once and kept in a file only this user can read."""
+    path = data_dir / "pg-owner.secret"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text(encoding="ascii").strip()
+    password = secrets.token_hex(24)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(password)
+    return password
+
+
+def _require_password(uri: str, data_dir: Path) -> str:
+    """Switch the server from pgserver's trust authentication to SCRAM (once); the DSN with the password."""
+    import psycopg
+    from psycopg import sql
+
+    password = _owner_password(data_dir)
+    dsn = psycopg.conninfo.make_conninfo(uri, password=password)
+    hba = data_dir / "pg" / "pg_hba.conf"
+    if hba.read_text(encoding="utf-8") != _SCRAM_HBA:
+        with psycopg.connect(dsn, autocommit=True) as conn:  # trust still: any password is taken
+            conn.execute(sql.SQL("ALTER ROLE CURRENT_USER PASSWORD {}").format(sql.Literal(password)))
+            hba.write_text(_SCRAM_HBA, encoding="utf-8")  # in place: the server's user keeps owning it
+            conn.execute("SELECT pg_reload_conf()")
+    return dsn
+
+
+def _close_socket_dir(uri: str, pgdata: Path) -> None:
+    """Close the socket's directory to other users (pgserver leaves it 0777 when it runs as root)."""
+    import psycopg
+
+    host = psycopg.conninfo.conninfo_to_dict(uri).get("host")
+    if not host or not str(host).startswith("/"):
+        return
+    directory = Path(str(host))
+    if directory.resolve() != pgdata.resolve():
+        owner = pgdata.stat()
+        os.chown(directory, owner.st_uid, owner.st_gid)  # the server's user (this one, unless root)
+    directory.chmod(0o700)
 
 
 def _get_server(pgserver, data_dir: Path) -> str:  # type: ignore[no-untyped-def]
@@ -102,10 +171,26 @@ def _set_shared_buffers(uri: str, wanted_mb: int) -> bool:
     return True
 
 
+def embedded_running(data_dir: Path) -> bool:
+    """Whether an embedded server runs for ``data_dir`` (its pid file is there)."""
+    return (data_dir / "pg" / "postmaster.pid").exists()
+
+
+def other_clients(dsn: str) -> int:
+    """Client sessions on the server other than the one asking (as its superuser: all of them)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def stop_embedded(data_dir: Path) -> bool:
     """Stop the embedded server of ``data_dir`` if one runs; return whether one was stopped."""
     pgdata = (data_dir / "pg").resolve()
-    if not (pgdata / "postmaster.pid").exists():
+    if not embedded_running(data_dir):
         return False
     pgserver = _pgserver()
     server = pgserver.get_server(pgdata, cleanup_mode=None)

@@ -18,7 +18,6 @@ from typing import Any
 from enterprise_rag.errors import PermissionDeniedError
 from enterprise_rag.principal import Principal, storable_name
 from enterprise_rag.store import Database
-from enterprise_rag.store.scoping import read_as
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +118,7 @@ class TraceStore:
         """
         if not storable_name(principal.user_id):
             return None  # such an id owns no trace (see start)
-        with self._db.connection() as conn, read_as(conn, principal):
+        with self._db.connection_for(principal) as conn:
             row = conn.execute(
                 "SELECT trace_id, user_id, groups, question, history, status, result, error, created_at, finished_at,"
                 " document_ids FROM rag_traces WHERE trace_id = %s AND user_id = %s",
@@ -154,7 +153,7 @@ class TraceStore:
     def recent(self, principal: Principal, limit: int = 20) -> list[dict[str, Any]]:
         if not storable_name(principal.user_id):
             return []
-        with self._db.connection() as conn, read_as(conn, principal):
+        with self._db.connection_for(principal) as conn:
             rows = conn.execute(
                 "SELECT trace_id, question, status, created_at FROM rag_traces WHERE user_id = %s"
                 " ORDER BY created_at DESC LIMIT %s",

@@ -127,7 +127,7 @@ class PgRagVectorStore(BasePydanticVectorStore):
                 return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
             mode = "text"
         params = SearchParams.from_settings(self._settings, self.text_search_config, candidates=query.similarity_top_k)
-        with self._db.connection() as conn:
+        with self._db.connection_for(self._principal) as conn:
             hits = search(conn, self._principal, query.query_str or "", query.query_embedding, params, mode)  # type: ignore[arg-type]
         nodes = [TextNode(id_=h.node_id, text=h.text, metadata=h.metadata) for h in hits]
         return VectorStoreQueryResult(

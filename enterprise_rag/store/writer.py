@@ -2,13 +2,14 @@
 
 A batch of documents is written in one transaction: old nodes of each document
 are deleted, the document row is upserted, and all new nodes arrive through one
-binary ``COPY``. Readers see either the old version or the new one, never both
-or neither. Stock ``PGVectorStore.add`` inserts row by row; this is the fast path.
+binary ``COPY`` (into a temporary table, then one ``INSERT``: ``COPY`` cannot load a
+table under row-level security). Readers see either the old version or the new one,
+never both or neither. Stock ``PGVectorStore.add`` inserts row by row; this is the fast path.
 
 The BM25 statistics of the full-text search (``rag_bm25_*``, see
 ``enterprise_rag/sql/0003_bm25.sql``) follow every node insert, delete and text change through
 statement-level triggers, in the same transaction: one trigger run per statement,
-so the writer's DELETE and COPY each cost one run per batch. A bulk write (see
+so the writer's DELETE and INSERT each cost one run per batch. A bulk write (see
 :func:`write_documents`) turns them off and recounts once instead.
 """
 
@@ -20,7 +21,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
-from psycopg import sql
 
 from enterprise_rag.errors import IngestError
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
@@ -36,10 +36,9 @@ NODE_TYPES = (
     "text", "text", "text", "int2", "bool", "int4", "text", "text",
     "text", "jsonb", "vector", "text[]", "text[]", "text",
 )  # fmt: skip
-# Indexes whose per-row upkeep dominates a large write (HNSW above all); a bulk write rebuilds them.
-DEFERRED_INDEXES = ("rag_nodes_embedding", "rag_nodes_tsv", "rag_nodes_allowed_groups", "rag_nodes_allowed_users")
-# The statement triggers that keep the BM25 statistics (enterprise_rag/sql/0003_bm25.sql) in step with node writes.
-BM25_WRITE_TRIGGERS = ("rag_bm25_insert", "rag_bm25_delete")
+
+_COLUMNS = ", ".join(NODE_COLUMNS)
+_INCOMING_COLUMNS = ", ".join(f"{c} {t}" for c, t in zip(NODE_COLUMNS, NODE_TYPES, strict=True))
 
 
 @dataclass
@@ -123,12 +122,17 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument], 
                     for d in docs
                 ],
             )
-            with cur.copy(f"COPY rag_nodes ({', '.join(NODE_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
+            # COPY cannot load a table under row-level security: the rows land in a temporary table
+            # of this transaction, then move in one INSERT (which the writer's policy checks).
+            cur.execute(f"CREATE TEMP TABLE rag_nodes_incoming ({_INCOMING_COLUMNS}) ON COMMIT DROP")
+            with cur.copy(f"COPY rag_nodes_incoming ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
                 copy.set_types(list(NODE_TYPES))
                 for doc in docs:
                     for row in _node_rows(doc):
                         copy.write_row(row)
                         written += 1
+            cur.execute(f"INSERT INTO rag_nodes ({_COLUMNS}) SELECT {_COLUMNS} FROM rag_nodes_incoming")
+            cur.execute("DROP TABLE rag_nodes_incoming")
         if rebuild is not None:
             rebuild()
     return written
@@ -157,26 +161,15 @@ def refuse_taken_ids(conn: psycopg.Connection, records: Sequence[DocumentRecord]
 def _suspend_index_maintenance(conn: psycopg.Connection) -> Callable[[], None]:
     """Drop the deferred indexes and turn the BM25 triggers off; return what restores both.
 
-    The indexes come back from their own catalogued definitions, so a migration that changes
-    one is followed automatically. Everything is transactional: a failure rolls it all back.
+    Owner work, done by the owner's functions of ``enterprise_rag/sql/0007_signed_principal.sql``
+    for a signed service transaction: the indexes come back from their own catalogued definitions,
+    so a migration that changes one is followed automatically. Everything is transactional: a
+    failure rolls it all back.
     """
-    definitions = conn.execute(
-        "SELECT indexname, indexdef FROM pg_indexes"
-        " WHERE schemaname = current_schema() AND tablename = 'rag_nodes' AND indexname = ANY(%s)",
-        (list(DEFERRED_INDEXES),),
-    ).fetchall()
-    for name, _ in definitions:
-        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
-    for trigger in BM25_WRITE_TRIGGERS:
-        conn.execute(sql.SQL("ALTER TABLE rag_nodes DISABLE TRIGGER {}").format(sql.Identifier(trigger)))
+    conn.execute("SELECT rag_suspend_index_maintenance()")
 
     def restore() -> None:
-        conn.execute("SET LOCAL maintenance_work_mem = '512MB'")  # the HNSW graph is built in memory
-        for _, definition in definitions:
-            conn.execute(definition)
-        for trigger in BM25_WRITE_TRIGGERS:
-            conn.execute(sql.SQL("ALTER TABLE rag_nodes ENABLE TRIGGER {}").format(sql.Identifier(trigger)))
-        conn.execute("SELECT rag_bm25_rebuild()")
+        conn.execute("SELECT rag_restore_index_maintenance()")
 
     return restore
 

@@ -32,7 +32,7 @@ from enterprise_rag.store.parents import ParentRow
 from enterprise_rag.store.search import Hit, SearchParams, search
 from enterprise_rag.store.vector_store import PgRagVectorStore
 from enterprise_rag.text import query_words
-from tests.support.databases import create_db, drop_db
+from tests.support.databases import create_db, drop_db, owner_connection
 
 MODES = ("dense", "text", "hybrid")
 
@@ -238,7 +238,7 @@ def test_superseded_exclude_never_returns_it(corpus: Corpus) -> None:
                 assert all(n.node.metadata["status"] != "superseded" for n in nodes)
         params = SearchParams(candidates=500, superseded="exclude")
         q = rag.providers.embed_model.get_query_embedding(REFUND_Q)
-        with rag.db.connection() as conn:
+        with owner_connection(rag) as conn:
             for mode in MODES:
                 hits = search(conn, STAFF, REFUND_Q, q, params, mode)
                 assert hits and corpus.doc["superseded"] not in {h.document_id for h in hits}

@@ -37,11 +37,12 @@ from enterprise_rag.retrieval.merging import expand_within_section
 from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
 from enterprise_rag.store.parents import fetch_ancestors
+from enterprise_rag.store.scoping import act_as_service
 from enterprise_rag.store.search import Hit, SearchParams, build_search_sql, search
 from enterprise_rag.store.vector_store import PgRagVectorStore
 from enterprise_rag.store.writer import PreparedDocument, write_documents
 from tests.support.acl import CachedQueryEmbedding, RecordingReranker, document_text
-from tests.support.databases import create_db, drop_db
+from tests.support.databases import create_db, drop_db, owner_connection
 
 MODES = ("dense", "text", "hybrid")
 DEPTHS = (1, 5, 50)
@@ -237,7 +238,7 @@ def test_raw_sql_search_returns_only_visible_leaves(corpus: Corpus, who: str) ->
     # broad paths (HNSW; BM25 hits ACL-checked one by one) and scoped paths (exact; BM25 joined to the scope)
     for exact_below in (0, 1_000_000):
         params = SearchParams(candidates=corpus.leaf_count + 10, exact_scan_below=exact_below)
-        with corpus.rag.db.connection() as conn:
+        with owner_connection(corpus.rag) as conn:
             for mode in MODES:
                 hits = search(conn, p, ALL_MARKERS_QUESTION, vec, params, mode)
                 if mode == "text":
@@ -267,7 +268,7 @@ def test_parent_fetch_never_returns_unreadable_nodes(corpus: Corpus, who: str) -
     allowed = visible_keys(p)
     every_id = sorted(set().union(*corpus.nodes_of.values()))
     forbidden_ids = sorted(i for k, ids in corpus.nodes_of.items() if k not in allowed for i in ids)
-    with corpus.rag.db.connection() as conn:
+    with owner_connection(corpus.rag) as conn:
         assert fetch_ancestors(conn, p, forbidden_ids) == {}
         rows = fetch_ancestors(conn, p, every_id)
     assert {corpus.key_of[r.document_id] for r in rows.values()} == allowed
@@ -281,7 +282,7 @@ def test_section_expansion_stays_in_the_hits_section_and_scope(corpus: Corpus, w
     p = PRINCIPALS[who]
     vec = corpus.rag.providers.embed_model.get_query_embedding(ALL_MARKERS_QUESTION)
     params = SearchParams(candidates=corpus.leaf_count + 10)
-    with corpus.rag.db.connection() as conn:
+    with owner_connection(corpus.rag) as conn:
         hits = search(conn, p, ALL_MARKERS_QUESTION, vec, params, "hybrid")
         assert hits
         grew = 0
@@ -319,7 +320,7 @@ def test_section_expansion_adds_nothing_for_a_principal_who_cannot_read_the_sect
 ) -> None:
     """Hits handed over from another user's search gain no neighbours: the siblings are ACL-checked."""
     vec = corpus.rag.providers.embed_model.get_query_embedding(ALL_MARKERS_QUESTION)
-    with corpus.rag.db.connection() as conn:
+    with owner_connection(corpus.rag) as conn:
         theirs = search(conn, PRINCIPALS[reader], ALL_MARKERS_QUESTION, vec, SearchParams(candidates=200), "hybrid")
         assert theirs and not (visible_keys(PRINCIPALS[reader]) & visible_keys(PRINCIPALS[outsider]))
         out = expand_within_section(conn, PRINCIPALS[outsider], theirs, 100_000)
@@ -388,7 +389,7 @@ def test_principal_matching_nothing_sees_nothing_at_every_depth(corpus: Corpus, 
                 assert corpus.rag.as_retriever(p, top_k=k, options=RetrievalOptions(mode=mode)).retrieve(question) == []
         assert corpus.rag.retrieve(question, user=p, top_k=50) == []
         vec = corpus.rag.providers.embed_model.get_query_embedding(question)
-        with corpus.rag.db.connection() as conn:
+        with owner_connection(corpus.rag) as conn:
             for mode in MODES:
                 assert search(conn, p, question, vec, SearchParams(candidates=500, exact_scan_below=0), mode) == []
                 assert search(conn, p, question, vec, SearchParams(candidates=500), mode) == []
@@ -400,7 +401,7 @@ def test_every_near_miss_group_name_sees_nothing_on_every_path(corpus: Corpus) -
     vec = corpus.rag.providers.embed_model.get_query_embedding(ALL_MARKERS_QUESTION)
     for who, p in MISSES.items():
         assert visible_keys(p) == set(), who
-        with corpus.rag.db.connection() as conn:
+        with owner_connection(corpus.rag) as conn:
             for mode in MODES:
                 for exact_below in (0, 1_000_000):
                     params = SearchParams(candidates=500, exact_scan_below=exact_below)
@@ -506,7 +507,7 @@ def test_principal_with_names_postgres_cannot_store_sees_nothing_and_does_not_er
     assert set(corpus.keys(corpus.rag.retrieve(ALL_MARKERS_QUESTION, user=p, top_k=50))) == {
         "hr", "bob_hr", "alice_only",
     }  # fmt: skip
-    with corpus.rag.db.connection() as conn:
+    with owner_connection(corpus.rag) as conn:
         assert fetch_ancestors(conn, Principal("x", ["eng\x00"]), sorted(corpus.nodes_of["eng_a"])) == {}
 
 
@@ -536,7 +537,7 @@ def test_property_generated_principals_and_questions_never_leak_or_error(
         got = _assert_only_visible(corpus, p, nodes, f"generated mode={mode}")
         if mode == "dense":
             assert got == allowed
-    with corpus.rag.db.connection() as conn:
+    with owner_connection(corpus.rag) as conn:
         hits = search(conn, p, question, None, SearchParams(candidates=500), "text")
         _assert_hits_visible(corpus, p, hits, "generated text search")
         every_id = sorted(set().union(*corpus.nodes_of.values()))
@@ -599,15 +600,15 @@ def haystack(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_mo
         if group == "rare":
             rare_docs.add(doc_id)
         docs.append(doc)
-    with rag.db.connection() as conn:
+    with owner_connection(rag) as conn:
         indexdef = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'rag_nodes_embedding'").fetchone()[0]  # type: ignore[index]
         conn.execute("DROP INDEX rag_nodes_embedding")  # bulk load, then build the index (as ingest at scale would)
-        conn.commit()
-        write_documents(conn, docs)
+        with conn.transaction():
+            act_as_service(conn)
+            write_documents(conn, docs)
         conn.execute("SET maintenance_work_mem = '256MB'")
         conn.execute(indexdef)
         conn.execute("ANALYZE rag_nodes")
-        conn.commit()
         assert conn.execute("SELECT count(*) FROM rag_nodes WHERE is_leaf").fetchone() == (N_LEAVES,)
         assert conn.execute("SELECT count(*) FROM rag_nodes WHERE allowed_groups && '{rare}'").fetchone() == (
             N_LEAVES // 100,
@@ -702,7 +703,7 @@ def test_selective_acl_still_gets_exactly_k_rows(haystack: Haystack, embed_model
                 assert len({n.node.node_id for n in nodes}) == k, where
                 # the raw search too, asking for exactly k candidates
                 params = SearchParams(candidates=k, exact_scan_below=rag.settings.retrieval.exact_scan_below)
-                with rag.db.connection() as conn:
+                with owner_connection(rag) as conn:
                     hits = search(conn, rare, question, q, params, mode)  # type: ignore[arg-type]
                 assert len(hits) == k, f"{where}: raw search gave {len(hits)} rows"
                 assert {h.document_id for h in hits} <= haystack.rare_docs, where

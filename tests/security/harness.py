@@ -43,6 +43,7 @@ from enterprise_rag.store.search import Hit, SearchParams, search
 from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.testing import ScriptedLLM, yes_probability
 from tests.support.acl import CachedQueryEmbedding, RecordingReranker, document_text
+from tests.support.databases import owner_connection
 from tests.support.workflow import CHECK_OK, passage_in, sources_in
 
 # --- hostile alphabets --------------------------------------------------------------------------------
@@ -274,7 +275,7 @@ def check_parents_and_windows(c: LeakCorpus, p: Principal, q: str) -> int:
     everyone = Principal(_EVERYONE, c.groups)
     vec = c.rag.providers.embed_model.get_query_embedding(q) if q.strip() else None
     allowed = c.visible(p)
-    with c.rag.db.connection() as conn:
+    with owner_connection(c.rag) as conn:
         hits: list[Hit] = search(conn, everyone, q, vec, SearchParams(candidates=60), "hybrid" if vec else "text")
         if not hits:
             return 0

@@ -1,34 +1,40 @@
-"""Row-level security (enterprise_rag/sql/0004_row_security.sql): the second wall holds on its own.
+"""Row-level security (enterprise_rag/sql/0004_row_security.sql, 0007_signed_principal.sql): the
+second wall holds on its own, and against SQL run in the package's own sessions.
 
-Every query here is deliberately unfiltered (no ACL predicate of ours) and runs as
-the reader role through :func:`enterprise_rag.store.scoping.read_as`: the policies alone
-must return exactly the rows the principal may read, and nothing when no principal
-is set. Real embedded PostgreSQL; the corpus is written through the real writer (random
-vectors: nothing here ranks by similarity).
+Every query here is deliberately unfiltered (no ACL predicate of ours) and runs as the
+package's login role: the policies alone must return exactly the rows a signed principal
+may read, and nothing when the principal is unsigned, forged, replayed or widened, or the
+session tries another role. Real embedded PostgreSQL; the corpus is written through the real
+writer (random vectors: nothing here ranks by similarity).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg import sql as pgsql
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.errors import StoreError
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
+from enterprise_rag.store.credentials import app_role_name
 from enterprise_rag.store.migrate import apply_migrations
 from enterprise_rag.store.parents import ANCESTORS_SQL, SIBLINGS_SQL
-from enterprise_rag.store.scoping import READER_ROLE, read_as
+from enterprise_rag.store.scoping import READER_ROLE, WRITER_ROLE, read_as
 from enterprise_rag.store.search import ACL, SearchParams, build_search_sql
 from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.store.writer import PreparedDocument, write_documents
+from tests.support.databases import owner_connection
 
 INJECTION = "zz'] OR 1=1 OR metadata_::jsonb ?| array['y"
 # document id -> (allowed_groups, allowed_users)
@@ -73,6 +79,7 @@ def visible_traces(p: Principal) -> set[str]:
 class Store:
     rag: EnterpriseRAG
     nodes_of: dict[str, set[str]]
+    app_role: str
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +115,7 @@ def store(server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         traces.record_call(f"t{i}", {"key": f"k{i}", "seq": 1, "name": "grade", "role": "grader", "model": "m",
                                       "messages": [], "response": "r", "prompt_tokens": 1, "completion_tokens": 1,
                                       "ms": 1.0})  # fmt: skip
-    yield Store(rag, nodes_of)
+    yield Store(rag, nodes_of, app_role_name(name))
     rag.close()
     drop_db(server_dsn, name)
 
@@ -120,8 +127,8 @@ def _ids(conn: psycopg.Connection, sql: str) -> set[str]:
 @pytest.mark.parametrize("p", PRINCIPALS, ids=[f"{p.user_id!r}/{len(p.groups)}" for p in PRINCIPALS])
 def test_unfiltered_selects_as_the_reader_return_only_permitted_rows(store: Store, p: Principal) -> None:
     allowed = visible(p)
-    with store.rag.db.connection() as conn, read_as(conn, p):
-        assert conn.execute("SELECT current_user").fetchone() == (READER_ROLE,)
+    with store.rag.db.connection_for(p) as conn:
+        assert conn.execute("SELECT current_user, session_user").fetchone() == (READER_ROLE, store.app_role)
         assert _ids(conn, "SELECT document_id FROM rag_documents") == allowed
         assert _ids(conn, "SELECT node_id FROM rag_nodes") == {n for d in allowed for n in store.nodes_of[d]}
         assert _ids(conn, "SELECT DISTINCT document_id FROM rag_nodes WHERE is_leaf") == allowed
@@ -138,25 +145,6 @@ def test_the_principal_list_exercises_both_outcomes() -> None:
     assert any(visible_traces(p) for p in PRINCIPALS) and not all(visible_traces(p) for p in PRINCIPALS)
 
 
-def test_the_reader_without_a_principal_sees_no_row_at_all(store: Store) -> None:
-    with store.rag.db.connection() as conn:
-        with conn.transaction():
-            conn.execute("SELECT set_config('role', %s, true)", (READER_ROLE,))
-            for table in ("rag_documents", "rag_nodes", "rag_acl_leaf_counts", "rag_traces", "rag_trace_steps",
-                          "rag_llm_calls"):  # fmt: skip
-                assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
-            raise psycopg.Rollback()
-        # a principal set earlier in another transaction does not linger
-        with read_as(conn, Principal("alice", ["all-staff"])):
-            assert conn.execute("SELECT count(*) FROM rag_documents").fetchone() == (2,)
-        with conn.transaction():
-            conn.execute("SELECT set_config('role', %s, true)", (READER_ROLE,))
-            assert conn.execute("SELECT count(*) FROM rag_nodes").fetchone() == (0,)
-            raise psycopg.Rollback()
-    with store.rag.db.connection() as conn:  # as the owner (no role switch) every row is there
-        assert conn.execute("SELECT count(DISTINCT document_id) FROM rag_nodes").fetchone() == (len(ACLS),)
-
-
 def test_the_search_statement_with_its_acl_predicates_removed_is_still_scoped(store: Store) -> None:
     """A bug that dropped our predicates from the hot path: RLS alone keeps the result in scope."""
     vec = np.ones(384) / np.sqrt(384)
@@ -170,22 +158,21 @@ def test_the_search_statement_with_its_acl_predicates_removed_is_still_scoped(st
                 sql = build_search_sql(mode, SearchParams(candidates=100, exact_scan_below=exact_below))
                 assert ACL in sql
                 unfiltered = sql.replace(ACL, "TRUE")
-                with store.rag.db.connection() as conn:
-                    with read_as(conn, p):
-                        got = {r[1] for r in conn.execute(unfiltered, values, prepare=False)}
-                    # the control: the same broken statement as the owner returns other people's leaves
+                with store.rag.db.connection_for(p) as conn:
+                    got = {r[1] for r in conn.execute(unfiltered, values, prepare=False)}
+                # the control: the same broken statement as the owner returns other people's leaves
+                with owner_connection(store.rag) as conn:
                     owner = {r[1] for r in conn.execute(unfiltered, values, prepare=False)}
                 assert got <= allowed, (p, mode, exact_below)
                 if mode != "text" and exact_below:
                     assert got == allowed
                 assert owner - allowed, "the control did not leak: the test would prove nothing"
         every = sorted(set().union(*store.nodes_of.values()))
-        with store.rag.db.connection() as conn:
-            for sql in (ANCESTORS_SQL, SIBLINGS_SQL):
-                with read_as(conn, p):
-                    rows = conn.execute(sql.replace(ACL, "TRUE"), {"ids": every, "groups": [], "users": []})
-                    docs = {str(r[0]).split(":")[0] for r in rows}
-                assert docs <= allowed
+        for sql in (ANCESTORS_SQL, SIBLINGS_SQL):
+            with store.rag.db.connection_for(p) as conn:
+                rows = conn.execute(sql.replace(ACL, "TRUE"), {"ids": every, "groups": [], "users": []})
+                docs = {str(r[0]).split(":")[0] for r in rows}
+            assert docs <= allowed
 
 
 def test_the_reader_cannot_write_nor_read_the_private_tables(store: Store) -> None:
@@ -196,47 +183,50 @@ def test_the_reader_cannot_write_nor_read_the_private_tables(store: Store) -> No
         "INSERT INTO rag_traces (trace_id, user_id, question) VALUES ('x', 'alice', 'q')",
         "SELECT * FROM rag_grade_cache",
         "SELECT * FROM rag_meta",
+        "SELECT * FROM rag_secrets",
         "SELECT rag_bm25_rebuild()",
+        "SELECT rag_suspend_index_maintenance()",
+        "SELECT pg_read_file('postgresql.auto.conf')",
     ):
-        with (
-            store.rag.db.connection() as conn,
-            pytest.raises(psycopg.errors.InsufficientPrivilege),
-            read_as(conn, p),
-        ):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), store.rag.db.connection_for(p) as conn:
             conn.execute(sql)
     with store.rag.db.connection() as conn:
         assert conn.execute("SELECT count(*) FROM rag_documents").fetchone() == (len(ACLS),)
 
 
-def test_role_and_principal_never_outlive_the_block(store: Store) -> None:
+def test_a_read_for_a_user_never_nests_in_the_packages_own_transaction(store: Store) -> None:
+    """Nested as a savepoint, SQL in the read could roll back to the service transaction around it."""
     with store.rag.db.connection() as conn:
-        owner = conn.execute("SELECT current_user").fetchone()
-        conn.execute("SELECT 1")  # a caller's open transaction: the block is a savepoint inside it
-        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
-        with read_as(conn, Principal("erin", ["eng"])):
+        assert conn.execute("SELECT current_user, rag_signed('service')").fetchone() == (WRITER_ROLE, True)
+        with pytest.raises(StoreError, match="transaction of its own"), read_as(conn, Principal("erin", ["eng"])):
+            pass
+    erin = Principal("erin", ["eng"])
+    with store.rag.db.connection_for(erin) as conn:
+        with read_as(conn, erin):  # already scoped to the same user: adds nothing
             assert conn.execute("SELECT current_user, rag_principal_groups()").fetchone() == (READER_ROLE, ["eng"])
-        assert conn.execute("SELECT current_user, rag_principal_groups(), rag_principal_user_ids()").fetchone() == (
-            *owner, None, None,
-        )  # fmt: skip
-        with pytest.raises(psycopg.errors.InsufficientPrivilege), read_as(conn, Principal("erin", ["eng"])):
-            conn.execute("DELETE FROM rag_nodes")
-        assert conn.execute("SELECT current_user").fetchone() == owner
+        with pytest.raises(StoreError), read_as(conn, Principal("bob", [])):
+            pass
+    with store.rag.db.connection() as conn:  # the pooled connection comes back with nobody's principal
+        assert conn.execute("SELECT rag_principal_groups(), rag_signed('principal')").fetchone() == ([], False)
 
 
 def test_migration_is_recorded_once_and_the_role_cannot_bypass_rls(store: Store) -> None:
-    with store.rag.db.connection() as conn:
+    with owner_connection(store.rag) as conn:
         recorded = conn.execute("SELECT count(*) FROM rag_migrations WHERE filename = '0004_row_security.sql'")
         assert recorded.fetchone() == (1,)
         assert apply_migrations(conn, 384) == []
-        role = conn.execute(
-            "SELECT rolsuper, rolbypassrls, rolcanlogin, rolinherit FROM pg_roles WHERE rolname = %s", (READER_ROLE,)
-        ).fetchone()
-        assert role == (False, False, False, False)
+        attributes = "SELECT rolsuper, rolbypassrls, rolcanlogin, rolinherit FROM pg_roles WHERE rolname = %s"
+        for role in (READER_ROLE, WRITER_ROLE):
+            assert conn.execute(attributes, (role,)).fetchone() == (False, False, False, False), role
+        assert conn.execute(attributes, (store.app_role,)).fetchone() == (False, False, True, False)
+        owned = "SELECT count(*) FROM pg_class WHERE relowner = (SELECT oid FROM pg_roles WHERE rolname = %s)"
+        assert conn.execute(owned, (store.app_role,)).fetchone() == (0,)
         rls = dict(conn.execute(
-            "SELECT relname, relrowsecurity FROM pg_class WHERE relname IN ('rag_documents', 'rag_nodes',"
-            " 'rag_acl_leaf_counts', 'rag_traces', 'rag_trace_steps', 'rag_llm_calls')"
+            "SELECT relname, relrowsecurity FROM pg_class WHERE relkind = 'r' AND relname LIKE 'rag\\_%'"
+            " AND relnamespace = current_schema()::regnamespace"
         ).fetchall())  # fmt: skip
-        assert rls and all(rls.values()) and len(rls) == 6
+        private = {"rag_secrets", "rag_deferred_indexes"}  # no grant to any role: no policy needed
+        assert len(rls) == 14 and all(on for name, on in rls.items() if name not in private), rls
 
 
 _HOSTILE = st.one_of(
@@ -252,7 +242,7 @@ def test_hostile_principals_reach_the_policies_exactly_as_given(store: Store, us
     """Names travel as bound text[] values: what the policies see is exactly the principal, never SQL."""
     p = Principal(user_id, groups)
     storable = "\x00" not in user_id
-    with store.rag.db.connection() as conn, read_as(conn, p):
+    with store.rag.db.connection_for(p) as conn:
         got_groups, got_users = conn.execute("SELECT rag_principal_groups(), rag_principal_user_ids()").fetchone()  # type: ignore[misc]
         docs = _ids(conn, "SELECT document_id FROM rag_documents")
     assert got_groups == [g for g in p.groups if "\x00" not in g]
@@ -261,24 +251,32 @@ def test_hostile_principals_reach_the_policies_exactly_as_given(store: Store, us
 
 
 def test_a_non_superuser_owner_is_told_what_to_grant_and_then_runs_with_rls(store: Store, server_dsn: str) -> None:
-    """Production shape: the app connects as an ordinary user owning its database (not a superuser)."""
-    role, db = f"erag_app_{os.getpid()}", f"rls_app_{os.getpid()}"
+    """Production shape: an ordinary user owns the database (not a superuser); the package still
+    queries only as its own login role."""
+    role, db = f"erag_owner_{os.getpid()}", f"rls_app_{os.getpid()}"
     with psycopg.connect(server_dsn, autocommit=True) as su:
         su.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        su.execute(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(app_role_name(db))))
         su.execute(f'DROP ROLE IF EXISTS "{role}"')
-        su.execute(f'CREATE ROLE "{role}" LOGIN')
+        su.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD 'owner-pw'")
         su.execute(f'CREATE DATABASE "{db}" OWNER "{role}"')
     with psycopg.connect(psycopg.conninfo.make_conninfo(server_dsn, dbname=db), autocommit=True) as su:
         su.execute("CREATE EXTENSION IF NOT EXISTS vector")  # an administrator's step on a managed server
-    app_dsn = psycopg.conninfo.make_conninfo(server_dsn, dbname=db, user=role)
+    owner_dsn = psycopg.conninfo.make_conninfo(server_dsn, dbname=db, user=role, password="owner-pw")
     try:
-        with psycopg.connect(app_dsn) as conn:
+        with psycopg.connect(owner_dsn) as conn:
             assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (False,)
             with pytest.raises(StoreError, match=f'GRANT enterprise_rag_reader TO {role}"'):
                 apply_migrations(conn, 384)
         with psycopg.connect(server_dsn, autocommit=True) as su:
-            su.execute(f'GRANT enterprise_rag_reader TO "{role}"')
-        rag = EnterpriseRAG(data_dir=store.rag.data_dir, settings=load_settings(None, database={"dsn": app_dsn}))
+            su.execute(f'GRANT enterprise_rag_reader, enterprise_rag_writer TO "{role}" WITH ADMIN OPTION')
+        rag = EnterpriseRAG(data_dir=store.rag.data_dir, settings=load_settings(None, database={"dsn": owner_dsn}))
+        with pytest.raises(StoreError, match="CREATEROLE"):
+            rag.status()  # migrated; making the login role needs CREATEROLE
+        rag.close()
+        with psycopg.connect(server_dsn, autocommit=True) as su:
+            su.execute(f'ALTER ROLE "{role}" CREATEROLE')
+        rag = EnterpriseRAG(data_dir=store.rag.data_dir, settings=load_settings(None, database={"dsn": owner_dsn}))
         try:
             rng = np.random.default_rng(5)
             docs = []
@@ -291,17 +289,146 @@ def test_a_non_superuser_owner_is_told_what_to_grant_and_then_runs_with_rls(stor
                 leaf = Chunk(f"{doc_id}:0", 0, 0, f"policy text of {doc_id}", doc_id, is_leaf=True)
                 vectors = {doc_id: rng.standard_normal(384)}
                 docs.append(PreparedDocument(record, [leaf], {leaf.chunk_id: doc_id}, vectors))
-            with rag.db.connection() as conn:  # writes run as the owner, triggers and all
+            with rag.db.connection() as conn:  # writes run as the login role, triggers and all
                 write_documents(conn, docs)
+                assert conn.execute("SELECT session_user").fetchone() == (app_role_name(db),)
                 assert _ids(conn, "SELECT document_id FROM rag_nodes") == {"d_staff", "d_eng"}
                 assert conn.execute("SELECT leaves FROM rag_bm25_stats").fetchone() == (2,)
-            with rag.db.connection() as conn, read_as(conn, Principal("erin", ["eng"])):
+            with rag.db.connection_for(Principal("erin", ["eng"])) as conn:
                 assert _ids(conn, "SELECT document_id FROM rag_nodes") == {"d_eng"}
-            with rag.db.connection() as conn, read_as(conn, Principal("nobody", [])):
+            with rag.db.connection_for(Principal("nobody", [])) as conn:
                 assert _ids(conn, "SELECT document_id FROM rag_documents") == set()
         finally:
             rag.close()
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as su:
             su.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            su.execute(pgsql.SQL("DROP ROLE IF EXISTS {}").format(pgsql.Identifier(app_role_name(db))))
+            su.execute(f'REVOKE enterprise_rag_reader, enterprise_rag_writer FROM "{role}"')
             su.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+RLS_TABLES = ("rag_documents", "rag_nodes", "rag_acl_leaf_counts", "rag_bm25_stats", "rag_bm25_terms",
+              "rag_bm25_postings", "rag_traces", "rag_trace_steps", "rag_llm_calls", "rag_grade_cache", "rag_meta",
+              "rag_migrations")  # fmt: skip
+EVERY_TABLE = (*RLS_TABLES, "rag_secrets", "rag_deferred_indexes")
+
+
+def _rows_or_denied(conn: psycopg.Connection, table: str) -> int | None:
+    """Rows ``SELECT * FROM table`` returns (in a savepoint), or None when it is refused."""
+    try:
+        with conn.transaction():
+            return len(conn.execute(f"SELECT * FROM {table}").fetchall())
+    except psycopg.errors.InsufficientPrivilege:
+        return None
+
+
+def _app_session(store: Store) -> psycopg.Connection:
+    """A session of the package's login role, as SQL injected into one would have it (no signing key)."""
+    return psycopg.connect(store.rag.db.app_dsn())
+
+
+def test_the_login_role_reads_nothing_and_cannot_become_anyone_else(store: Store) -> None:
+    with _app_session(store) as conn:
+        assert conn.execute("SELECT current_user = session_user, rolsuper, rolbypassrls FROM pg_roles"
+                            " WHERE rolname = current_user").fetchone() == (True, False, False)  # fmt: skip
+        for reset in ("SELECT 1", "RESET ROLE", "SET ROLE NONE"):
+            conn.execute(reset)
+            assert {t: _rows_or_denied(conn, t) for t in EVERY_TABLE} == dict.fromkeys(EVERY_TABLE), reset
+        for other in ("postgres", "pg_read_all_data", "pg_read_server_files", "pg_write_server_files"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+                conn.execute(pgsql.SQL("SET ROLE {}").format(pgsql.Identifier(other)))
+        # its own roles, unsigned: no row of any table, no write, no owner function
+        for role in (READER_ROLE, WRITER_ROLE):
+            with conn.transaction():
+                conn.execute(pgsql.SQL("SET LOCAL ROLE {}").format(pgsql.Identifier(role)))
+                seen = {t: _rows_or_denied(conn, t) for t in EVERY_TABLE}
+                assert all(not n for n in seen.values()), (role, seen)
+                if role == WRITER_ROLE:
+                    assert conn.execute("DELETE FROM rag_nodes").rowcount == 0
+                    assert conn.execute("UPDATE rag_documents SET allowed_groups = '{everyone}'").rowcount == 0
+                    with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+                        conn.execute("INSERT INTO rag_traces (trace_id, user_id, question) VALUES ('x', 'a', 'q')")
+                    with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+                        conn.execute("SELECT rag_suspend_index_maintenance()")
+    with owner_connection(store.rag) as conn:
+        assert conn.execute("SELECT count(*) FROM rag_documents").fetchone() == (len(ACLS),)
+
+
+def _signed_state(store: Store, p: Principal) -> tuple[str, str, str, str]:
+    """The settings of a real signed read for ``p``: what SQL inside that read could copy out."""
+    with store.rag.db.connection_for(p) as conn:
+        row = conn.execute(
+            "SELECT current_setting('enterprise_rag.kind'), current_setting('enterprise_rag.user_id'),"
+            " current_setting('enterprise_rag.groups'), current_setting('enterprise_rag.sig')"
+        ).fetchone()
+    assert row is not None
+    return row  # type: ignore[return-value]
+
+
+def _set_state(conn: psycopg.Connection, role: str, kind: str, user_id: str, groups: str, sig: str) -> None:
+    conn.execute(
+        "SELECT set_config('role', %s, true), set_config('enterprise_rag.kind', %s, true),"
+        " set_config('enterprise_rag.user_id', %s, true), set_config('enterprise_rag.groups', %s, true),"
+        " set_config('enterprise_rag.sig', %s, true)",
+        (role, kind, user_id, groups, sig),
+    )
+
+
+def test_a_forged_or_replayed_principal_reads_nothing(store: Store) -> None:
+    every_group = sorted({g for groups, _ in ACLS.values() for g in groups})
+    erin = Principal("erin", ["eng"])
+    kind, user_id, groups, sig = _signed_state(store, erin)
+    forged_groups = "{" + ",".join(f'"{g}"' for g in ["eng", "hr", "all-staff"]) + "}"
+    attempts = {
+        "no signature": (READER_ROLE, "principal", "{alice}", forged_groups, ""),
+        "random signature": (READER_ROLE, "principal", "{alice}", forged_groups, "ab" * 32),
+        "erin's signature, more groups": (READER_ROLE, kind, user_id, forged_groups, sig),
+        "erin's signature, another user": (READER_ROLE, kind, "{alice}", groups, sig),
+        "erin's signature replayed as is": (READER_ROLE, kind, user_id, groups, sig),
+        "erin's signature as the service": (WRITER_ROLE, "service", user_id, groups, sig),
+        "not hex": (READER_ROLE, "principal", user_id, groups, "zz" * 32),
+    }
+    with _app_session(store) as conn:
+        for name, state in attempts.items():
+            with conn.transaction():
+                _set_state(conn, *state)
+                seen = {t: _rows_or_denied(conn, t) for t in RLS_TABLES}
+                assert all(not n for n in seen.values()), (name, seen)
+        assert every_group  # the forged lists above name groups that exist
+
+
+def test_sql_inside_a_signed_read_cannot_widen_it(store: Store) -> None:
+    erin = Principal("erin", ["eng"])
+    allowed = visible(erin)
+    hr_and_more = '{"eng","hr","all-staff","O\'Brien"}'
+    with store.rag.db.connection_for(erin) as conn:
+        assert _ids(conn, "SELECT document_id FROM rag_documents") == allowed
+        with conn.transaction():  # more groups, same signature
+            conn.execute("SELECT set_config('enterprise_rag.groups', %s, true)", (hr_and_more,))
+            assert _ids(conn, "SELECT document_id FROM rag_documents") == set()
+            raise psycopg.Rollback()
+        with conn.transaction():  # the service's role: its policies want a signed service
+            conn.execute("SELECT set_config('role', %s, true)", (WRITER_ROLE,))
+            assert {t: _rows_or_denied(conn, t) for t in RLS_TABLES} == dict.fromkeys(RLS_TABLES, 0)
+            conn.execute("SELECT set_config('enterprise_rag.kind', 'service', true)")
+            assert _ids(conn, "SELECT document_id FROM rag_documents") == set()
+            raise psycopg.Rollback()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+            conn.execute("SELECT * FROM rag_secrets")
+        assert _ids(conn, "SELECT document_id FROM rag_documents") == allowed  # the read itself is intact
+        conn.execute("RESET ROLE")  # back to the login role itself: no privilege at all
+        assert {t: _rows_or_denied(conn, t) for t in EVERY_TABLE} == dict.fromkeys(EVERY_TABLE)
+
+
+def test_the_embedded_server_takes_passwords_on_a_closed_socket(server_dsn: str, server_dir: Path) -> None:
+    info = psycopg.conninfo.conninfo_to_dict(server_dsn)
+    socket_dir = Path(str(info["host"]))
+    assert stat.S_IMODE(socket_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE((server_dir / "pg-owner.secret").stat().st_mode) == 0o600
+    assert "trust" not in (server_dir / "pg" / "pg_hba.conf").read_text()
+    without = psycopg.conninfo.make_conninfo(server_dsn, password="")
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(without, connect_timeout=5).close()
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(psycopg.conninfo.make_conninfo(server_dsn, password="guess"), connect_timeout=5).close()

@@ -22,9 +22,11 @@ from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.retrieval.retriever import RetrievalOptions
 from enterprise_rag.store.migrate import SQL_DIR, apply_migrations
+from enterprise_rag.store.scoping import act_as_service
 from enterprise_rag.store.search import SearchParams, search
 from enterprise_rag.store.vector_store import PgRagVectorStore
 from enterprise_rag.store.writer import rebuild_bm25_statistics, write_documents
+from tests.support.databases import owner_connection
 
 _LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
 
@@ -215,7 +217,7 @@ def ranked_rag(fresh_dsn: str, tmp_path: Path, embed_model) -> EnterpriseRAG:  #
 
 
 def _text_hits(rag: EnterpriseRAG, question: str, principal: Principal = STAFF, **params: object) -> list[str]:
-    with rag.db.connection() as conn:
+    with owner_connection(rag) as conn:
         hits = search(conn, principal, question, None, SearchParams(candidates=100, **params), "text")  # type: ignore[arg-type]
     return [h.metadata["document_id"] for h in hits]
 
@@ -231,7 +233,7 @@ def test_a_rare_term_outranks_a_common_one(ranked_rag: EnterpriseRAG, tmp_path: 
         _md("Memo", "One line mentions the quokkanomics review, among other business of the week."), "utf-8"
     )
     assert not ranked_rag.ingest(docs).failed
-    with ranked_rag.db.connection() as conn:
+    with owner_connection(ranked_rag) as conn:
         rare_id = conn.execute("SELECT document_id FROM rag_documents WHERE source LIKE '%%rare.md'").fetchone()[0]  # type: ignore[index]
         # the old ranking (ts_rank, no IDF) puts a common-word leaf first: the regression this guards
         old_top = conn.execute(
@@ -266,7 +268,7 @@ def test_text_ranking_is_bm25_with_lucene_idf(ranked_rag: EnterpriseRAG, tmp_pat
     assert not ranked_rag.ingest(docs).failed
     question = "solar storage grid"
     k1, b = 1.2, 0.75
-    with ranked_rag.db.connection() as conn:
+    with owner_connection(ranked_rag) as conn:
         q_lexemes = [r[0] for r in conn.execute("SELECT lexeme FROM unnest(to_tsvector('english', %s))", (question,))]
         rows = conn.execute("SELECT document_id, node_seq, tsv::text FROM rag_nodes WHERE is_leaf").fetchall()
     leaves = [(doc, seq, _parse_tsv(tsv)) for doc, seq, tsv in rows]
@@ -285,7 +287,7 @@ def test_text_ranking_is_bm25_with_lucene_idf(ranked_rag: EnterpriseRAG, tmp_pat
         if score > 0:
             scored.append((-score, seq, doc))
     expected = [doc for _, _, doc in sorted(scored)]
-    with ranked_rag.db.connection() as conn:
+    with owner_connection(ranked_rag) as conn:
         for exact_below in (0, 1_000_000):
             hits = search(
                 conn, STAFF, question, None, SearchParams(candidates=100, exact_scan_below=exact_below), "text"
@@ -301,7 +303,7 @@ def test_title_boost_and_term_bound(ranked_rag: EnterpriseRAG, tmp_path: Path) -
     (docs / "in_body.md").write_text(_md("Crew handbook", "How the pelican team works, week by week."), "utf-8")
     (docs / "other.md").write_text(_md("Crew notes", "How the team plans, week by week."), "utf-8")
     assert not ranked_rag.ingest(docs).failed
-    with ranked_rag.db.connection() as conn:
+    with owner_connection(ranked_rag) as conn:
         ids = dict(conn.execute("SELECT regexp_replace(source, '.*/', ''), document_id FROM rag_documents").fetchall())
     # a word in the title (breadcrumb, weight A) counts title_boost times
     assert _text_hits(ranked_rag, "pelican", bm25_title_boost=3.0) == [ids["in_title.md"], ids["in_body.md"]]
@@ -319,7 +321,7 @@ def test_text_half_respects_the_acl_on_both_paths(ranked_rag: EnterpriseRAG, tmp
         "---\ntitle: Secret\nallowed_groups: [finance]\n---\n\n# Secret\n\nThe walrus budget walrus reserve.\n", "utf-8"
     )
     assert not ranked_rag.ingest(docs).failed
-    with ranked_rag.db.connection() as conn:
+    with owner_connection(ranked_rag) as conn:
         ids = dict(conn.execute("SELECT regexp_replace(source, '.*/', ''), document_id FROM rag_documents").fetchall())
     for exact_below in (0, 1_000_000):
         assert _text_hits(ranked_rag, "walrus reserve", STAFF, exact_scan_below=exact_below) == [ids["open.md"]]
@@ -376,6 +378,7 @@ def test_bulk_write_rebuilds_indexes_and_statistics_once(rag: EnterpriseRAG, fre
     with psycopg.connect(fresh_dsn) as conn:
         register_vector(conn)
         stats = _stored(conn)
+        act_as_service(conn)  # the owner's functions run the bulk path's DDL for a signed service only
         with pytest.raises(psycopg.errors.DataException):
             write_documents(conn, [prepared], bulk=True)
         conn.rollback()

@@ -21,11 +21,11 @@ from enterprise_rag import EnterpriseRAG, Principal, StoreError
 from enterprise_rag.config import load_settings
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
 from enterprise_rag.store import Database, apply_migrations
-from enterprise_rag.store.embedded import stop_embedded
+from enterprise_rag.store.embedded import embedded_running, stop_embedded
 from enterprise_rag.store.migrate import SQL_DIR, migration_files
-from enterprise_rag.store.scoping import read_as
 from enterprise_rag.store.writer import PreparedDocument, existing_embeddings, write_documents
 from tests.conftest import REPO
+from tests.support.databases import owner_connection
 
 
 @pytest.fixture(autouse=True)
@@ -149,10 +149,10 @@ def test_vectors_round_trip_bit_for_bit(fresh_dsn: str, tmp_path: Path, bulk: bo
             assert write_documents(conn, [_leaf_document(k, v) for k, v in sent.items()], bulk=bulk) == 3
             got = existing_embeddings(conn, list(expected))
             wire = dict(conn.execute("SELECT content_hash, vector_send(embedding) FROM rag_nodes").fetchall())
-            with read_as(conn, Principal("u", ["staff"])):
-                as_reader = dict(conn.execute("SELECT content_hash, embedding FROM rag_nodes").fetchall())
             query = rng.standard_normal(384)  # a query vector, bound as a parameter
             bound = conn.execute("SELECT vector_send(%s::vector)", (query,)).fetchone()
+        with db.connection_for(Principal("u", ["staff"])) as conn:
+            as_reader = dict(conn.execute("SELECT content_hash, embedding FROM rag_nodes").fetchall())
     finally:
         db.close()
     assert set(got) == set(expected)
@@ -261,7 +261,7 @@ def test_embedded_server_gets_the_configured_buffer_cache(own_data_dir: Path) ->
         assert conn.execute("SHOW shared_buffers").fetchone() == ("192MB",)
     # a server found running is not restarted under other users: the new size waits for a restart
     settings = load_settings(None, database={"embedded_shared_buffers_mb": 160})
-    with EnterpriseRAG(data_dir=own_data_dir, settings=settings) as rag, rag.db.connection() as conn:
+    with EnterpriseRAG(data_dir=own_data_dir, settings=settings) as rag, owner_connection(rag) as conn:
         assert conn.execute("SHOW shared_buffers").fetchone() == ("192MB",)
         file_setting = "SELECT setting FROM pg_file_settings WHERE name = 'shared_buffers' AND applied IS NOT NULL"
         assert ("160MB",) in conn.execute(file_setting).fetchall()
@@ -317,6 +317,63 @@ def test_two_processes_share_one_data_dir_one_after_the_other(own_data_dir: Path
     # and this process sees it too
     with EnterpriseRAG(data_dir=own_data_dir) as rag:
         assert "from-process-1" in _document_ids(rag)
+
+
+def test_two_processes_starting_one_new_data_dir_at_the_same_moment_both_work(own_data_dir: Path) -> None:
+    """The first start configures the server and restarts it once; the second waits for that, then attaches."""
+    stop_embedded(own_data_dir)
+    shutil.rmtree(own_data_dir / "pg", ignore_errors=True)
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(own_data_dir), mode],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=_env_without_overrides(),
+        )  # fmt: skip
+        for mode in ("write", "read")
+    ]
+    results = [child.communicate(timeout=180) for child in children]
+    assert [c.returncode for c in children] == [0, 0], [err for _, err in results]
+    assert "from-process-1" in results[0][0]
+
+
+def test_stop_on_close_stops_only_a_server_it_started_and_nobody_else_uses(own_data_dir: Path) -> None:
+    stop_embedded(own_data_dir)
+    first = EnterpriseRAG(data_dir=own_data_dir, stop_server_on_close=True)
+    first.status()  # this instance starts the server
+    other = EnterpriseRAG(data_dir=own_data_dir)
+    other.status()  # another user of it
+    first.close()
+    assert embedded_running(own_data_dir)  # left running for the other one
+    assert other.status()["store"]  # and it still works
+    other.close()
+    again = EnterpriseRAG(data_dir=own_data_dir, stop_server_on_close=True)
+    again.status()
+    again.close()
+    assert embedded_running(own_data_dir)  # it found the server running: not its to stop
+    stop_embedded(own_data_dir)
+    with EnterpriseRAG(data_dir=own_data_dir, stop_server_on_close=True) as last:
+        last.status()
+    assert not embedded_running(own_data_dir)
+
+
+def test_the_cli_stops_what_it_started_and_stop_stops_a_running_server(own_data_dir: Path) -> None:
+    stop_embedded(own_data_dir)
+    cli = [sys.executable, "-m", "enterprise_rag.cli"]
+    run = {"capture_output": True, "text": True, "cwd": REPO, "env": _env_without_overrides(), "timeout": 180}
+    status = subprocess.run([*cli, "status", "--data-dir", str(own_data_dir)], **run)  # type: ignore[call-overload]
+    assert status.returncode == 0, status.stderr
+    assert not embedded_running(own_data_dir)  # a one-shot command leaves nothing running
+    with EnterpriseRAG(data_dir=own_data_dir) as rag:
+        rag.status()
+    assert embedded_running(own_data_dir)
+    stopped = subprocess.run([*cli, "stop", "--data-dir", str(own_data_dir)], **run)  # type: ignore[call-overload]
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
+    assert not embedded_running(own_data_dir)
+    again = subprocess.run([*cli, "stop", "--data-dir", str(own_data_dir)], **run)  # type: ignore[call-overload]
+    assert again.returncode == 0 and "no embedded PostgreSQL is running" in again.stdout
 
 
 @pytest.mark.skipif(os.name == "nt" or os.geteuid() != 0, reason="only root is refused a data dir under /root")
