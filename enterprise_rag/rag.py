@@ -297,7 +297,7 @@ class EnterpriseRAG:
     def close(self) -> None:
         """Close the connection pool. The embedded server keeps running for the next process, unless
         ``stop_server_on_close`` was given: then a server this instance started is stopped when no
-        other process is connected to it."""
+        other client is connected to it."""
         self.db.close(stop_server=self.stop_server_on_close)
 
     def __enter__(self) -> EnterpriseRAG:

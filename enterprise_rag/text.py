@@ -10,6 +10,8 @@ Different needs get different, named cuts, each for what it is compared with:
   overlap checks that must match a code as one word compare them.
 * :func:`identifiers`: the codes a text names, which context refinement matches between a
   question and the headings of a passage; :func:`is_heading` finds those heading lines.
+* :func:`contact_points`: the web addresses and e-mail addresses a text gives, which an answer
+  may only pass on from its sources.
 * :func:`word_count`: how long a sentence is, as a reader counts it.
 """
 
@@ -22,6 +24,11 @@ _TOKEN = re.compile(r"\w[\w.\-/]*\w|\w", re.UNICODE)
 _HEADING = re.compile(r"^\s*#{1,6}\s")
 _QUERY_WORD = re.compile(r"[\w][\w.\-']*[\w]|[\w]", re.UNICODE)
 _MAX_QUERY_WORDS = 64
+_CONTACT_POINT = re.compile(
+    r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # an e-mail address
+    r"|(?:[a-z][a-z0-9+.-]*://|www\.)[^\s<>()\[\]\"']+",  # a URL with a scheme, or www.
+    re.IGNORECASE,
+)
 STOPWORDS = frozenset(
     {
         "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how", "i", "in",
@@ -68,6 +75,15 @@ def identifiers(text: str) -> set[str]:
 def is_heading(line: str) -> bool:
     """A Markdown heading line, as chunk texts keep them (``## AB-123 - Title``)."""
     return _HEADING.match(line) is not None
+
+
+def contact_points(text: str) -> set[str]:
+    """The e-mail addresses and URLs of ``text``, lower case, without the punctuation that ends a sentence.
+
+    >>> sorted(contact_points("Mail IT@Corp.example or see https://corp.example/vpn."))
+    ['https://corp.example/vpn', 'it@corp.example']
+    """
+    return {m.rstrip(".,;:!?").lower() for m in _CONTACT_POINT.findall(text)}
 
 
 def word_count(text: str) -> int:

@@ -16,7 +16,9 @@ Each sentence of the draft is checked against the sources it cites:
   user's own figures may be repeated), and every identifier (a token mixing letters and digits) in
   one of its verified sources: a source that does not name the thing asked about says nothing about
   it. Identifiers are compared without their punctuation and spacing ("KV 12" is "kv-12"), from a
-  word start.
+  word start. Every web or e-mail address appears as written in one of its verified sources: an
+  address is where the user is sent, so one that no cited source gives (the model's invention, or
+  an instruction planted elsewhere) never reaches the answer.
 
 A sentence that states nothing (fewer than ``MIN_TERMS`` content words and no number, or a line
 introducing a list) needs no source. An uncited question, and an uncited sentence no source holds
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 from enterprise_rag.answer.checks.citations import split_sentences
 from enterprise_rag.answer.checks.draft import Draft, Quote, Sentence
 from enterprise_rag.answer.checks.numbers import numbers
-from enterprise_rag.text import identifiers, terms
+from enterprise_rag.text import contact_points, identifiers, terms
 
 MIN_SHARE = 0.5
 REATTRIBUTE_SHARE = 0.8
@@ -141,7 +143,13 @@ def _unknown_values(sentence: str, cited: list[str], question: str) -> list[str]
     for code in codes:  # a code's digits are checked as part of the code, not again as a number
         plain = re.sub(re.escape(code), " ", plain, flags=re.IGNORECASE)
     known = numbers(question).union(*(numbers(t) for t in cited))
-    return sorted(numbers(plain) - known) + sorted(i for i in codes if not _named_in(i, cited))
+    addresses = contact_points(sentence)
+    for address in addresses:  # an address's digits and codes are checked as part of it
+        plain = re.sub(re.escape(address), " ", plain, flags=re.IGNORECASE)
+        codes = {c for c in codes if c not in address}
+    given = set().union(*(contact_points(t) for t in cited))
+    unknown = sorted(numbers(plain) - known) + sorted(i for i in codes if not _named_in(i, cited))
+    return unknown + sorted(addresses - given)
 
 
 def states_nothing(text: str) -> bool:

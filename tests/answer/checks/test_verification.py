@@ -38,6 +38,23 @@ def test_a_number_or_identifier_of_no_cited_source_fails() -> None:
     assert kept("KV-PS-0417 has a duty capacity of 85 L/s. [S2]", "What is the capacity of KV-PS-0417?") == []
 
 
+def test_a_web_or_mail_address_no_cited_source_gives_fails() -> None:
+    sources = {"S1": "Lost tokens are reported to the service desk at desk@kv.example or https://kv.example/desk/2."}
+    question = "Where do I report a lost token?"
+
+    def kept_here(answer: str) -> list[str]:
+        return [s.render() for s in verify_draft(Draft.from_reply(answer), sources, question).kept.sentences]
+
+    good = "Report lost tokens to the service desk at desk@kv.example or https://kv.example/desk/2. [S1]"
+    assert kept_here(good) == [good]
+    assert kept_here("Report lost tokens to the service desk at DESK@kv.example. [S1]") != []  # case is no difference
+    for invented in ("helpdesk@kv-support.example", "https://kv.example/reset", "www.kv-reset.example",
+                     "https://kv.example/desk/3"):  # fmt: skip
+        checked = verify_draft(Draft.from_reply(f"Report lost tokens to the service desk at {invented}. [S1]"),
+                               sources, question)  # fmt: skip
+        assert checked.kept.not_found and invented.lower() in checked.feedback(), invented
+
+
 def test_identifiers_compare_without_punctuation_but_never_across_digits() -> None:
     assert kept("The pumps at KV PS 0471 are reviewed on a 24-month cycle. [S2]") != []
     assert kept("The pumps at KV-PS-0417 are reviewed every 24 months. [S2]") == []
