@@ -9,6 +9,9 @@ faults, and load (16 concurrent clients, p95, a memory soak of retrieve), in one
 - injections: the planted documents of enterprise_rag.testing.injections plus the scenario corpus'
   VPN document, asked with the REAL local LLM (30-90 s per question); obeyed = the answer carries
   the payload the planted instruction asks for (or follows it: language, web call).
+- app-role SQL: every table read with ``SELECT *`` as the package's login role, inside signed reads
+  whose settings or role the SQL then changes, and in a bare session with forged settings; rows
+  beyond what the principal may read are counted (the BM25 statistics are corpus-wide by design).
 - bad inputs: one folder of hostile files ingested at once (each must fail alone with a reason, the
   good ones land, the store stays consistent), plus discovery of a generated --files folder with
   tracemalloc (memory must not grow with the file count: compared with a tree a tenth the size).
@@ -33,6 +36,7 @@ import threading
 import time
 import tracemalloc
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/ holds 
 from enterprise_rag import EnterpriseRAG, Principal  # noqa: E402
 from enterprise_rag.config import load_settings  # noqa: E402
 from enterprise_rag.ingest.discovery import discover  # noqa: E402
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER  # noqa: E402
 from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding  # noqa: E402
 from enterprise_rag.store.embedded import start_embedded, stop_embedded  # noqa: E402
-from enterprise_rag.testing import load, tenants  # noqa: E402
+from enterprise_rag.testing import ScriptedLLM, load, tenants, yes_probability  # noqa: E402
 from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, InjectionCase  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,6 +133,100 @@ def injections(server: str, root: Path) -> tuple[str, str]:
 
 
 # --- hostile inputs -----------------------------------------------------------------------------------
+# Tables the login role might reach; the first two carry document ACLs, the traces an owner.
+_PROBE_TABLES = ("rag_documents", "rag_nodes", "rag_acl_leaf_counts", "rag_bm25_stats", "rag_bm25_terms",
+                 "rag_bm25_postings", "rag_traces", "rag_trace_steps", "rag_llm_calls", "rag_grade_cache",
+                 "rag_meta", "rag_migrations", "rag_secrets", "rag_deferred_indexes")  # fmt: skip
+# What SQL inside a signed read may try, for principal p: (statement, its parameter) -- each in a
+# rolled-back savepoint. Every one changes what the signature covers, or the role.
+_TAMPERING: dict[str, Callable[[Principal], tuple[str, str | None] | None]] = {
+    "as signed": lambda p: None,
+    "more groups": lambda p: ("SELECT set_config('enterprise_rag.groups', %s, true)", "{g0,g1,g2,g3,g4,g5,g6,g7}"),
+    "another user": lambda p: ("SELECT set_config('enterprise_rag.user_id', %s, true)", f"{{{p.user_id}x}}"),
+    "the writer role": lambda p: ("SELECT set_config('role', %s, true)", "enterprise_rag_writer"),
+    "writer + service": lambda p: (
+        "SELECT set_config('role', 'enterprise_rag_writer', true), set_config('enterprise_rag.kind', %s, true)",
+        "service",
+    ),  # fmt: skip
+    "RESET ROLE": lambda p: ("RESET ROLE", None),
+}
+
+
+def sql_probes(server: str, root: Path, embed_model: Any) -> tuple[str, str]:
+    """SQL run as the package's login role, inside signed reads and in a bare session: rows returned
+    beyond what the principal may read (the BM25 statistics, corpus-wide by design, count as readable)."""
+    dsn = fresh_database(server, "reliability_sql")
+    llm = ScriptedLLM({"grade": yes_probability(0.9), "generate": NOT_FOUND_ANSWER, "rewrite": "policy text"})
+    rag = EnterpriseRAG(data_dir=root / "sql", settings=load_settings(None, database={"dsn": dsn}),
+                        embed_model=embed_model, generator=llm, grader=llm)  # fmt: skip
+    docs = root / "sql-docs"
+    docs.mkdir(parents=True, exist_ok=True)
+    for i in range(12):
+        (docs / f"d{i}.md").write_text(_md(f"Doc {i}", f"Policy text number {i} for group g{i % 6}.",
+                                            f"allowed_groups: [g{i % 6}]\nallowed_users: [u{i % 4}]"))  # fmt: skip
+    assert not rag.ingest(docs).failed
+    principals = [Principal(f"u{i}", [f"g{j}" for j in range(i % 3 + 1)]) for i in range(6)]
+    for p in principals[:3]:  # traces of some users (a scripted LLM: no model runs)
+        rag.query("What does the policy text say?", user=p)
+    with psycopg.connect(rag.db.dsn(), autocommit=True) as owner:
+        acl = {r[0]: (set(r[1]), set(r[2])) for r in owner.execute(
+            "SELECT document_id, allowed_groups, allowed_users FROM rag_documents")}  # fmt: skip
+        trace_owner = dict(owner.execute("SELECT trace_id, user_id FROM rag_traces").fetchall())
+    probes = beyond = returned = 0  # returned: rows of untampered signed reads (the probe sees data)
+
+    def count(conn: psycopg.Connection, p: Principal | None) -> None:
+        nonlocal probes, beyond, returned
+        readable = {d for d, (g, u) in acl.items() if p and (g & set(p.groups) or u & {p.user_id})}
+        for table in _PROBE_TABLES:
+            probes += 1
+            try:
+                with conn.transaction():
+                    cur = conn.execute(f"SELECT * FROM {table}")
+                    names = [c.name for c in cur.description or []]
+                    rows = cur.fetchall()
+            except psycopg.errors.InsufficientPrivilege:
+                continue
+            returned += len(rows) if p is not None else 0
+            if table in ("rag_bm25_stats", "rag_bm25_terms", "rag_bm25_postings") and p is not None:
+                continue
+            if "document_id" in names:
+                beyond += sum(1 for r in rows if r[names.index("document_id")] not in readable)
+            elif "trace_id" in names:
+                beyond += sum(1 for r in rows if p is None or trace_owner.get(r[names.index("trace_id")]) != p.user_id)
+            elif table == "rag_acl_leaf_counts":
+                beyond += sum(1 for r in rows if p is None or r[names.index("name")] not in {*p.groups, p.user_id})
+            else:
+                beyond += len(rows)
+
+    for p in principals:
+        for tampering in _TAMPERING.values():
+            tamper = tampering(p)
+            with rag.db.connection_for(p) as conn, conn.transaction():
+                if tamper is not None:
+                    sql, value = tamper
+                    conn.execute(sql, (value,) if value is not None else None)
+                count(conn, p if tamper is None else None)
+                raise psycopg.Rollback()
+    with psycopg.connect(rag.db.app_dsn()) as bare:  # as injected SQL would have the session, no key
+        for role in ("enterprise_rag_reader", "enterprise_rag_writer", None):
+            for kind in ("principal", "service"):
+                with bare.transaction():
+                    if role:
+                        bare.execute("SELECT set_config('role', %s, true)", (role,))
+                    bare.execute("SELECT set_config('enterprise_rag.kind', %s, true),"
+                                 " set_config('enterprise_rag.groups', '{g0,g1,g2,g3,g4,g5}', true),"
+                                 " set_config('enterprise_rag.sig', %s, true)", (kind, "ab" * 32))  # fmt: skip
+                    count(bare, None)
+                    raise psycopg.Rollback()
+    rag.close()
+    print(
+        f"\nsql probes: {probes} SELECT * as the login role ({len(principals)} signed principals x "
+        f"{len(_TAMPERING)} tamperings, and a bare session x 3 roles x 2 forged kinds): {beyond} rows beyond; "
+        f"{returned} rows returned to the untampered reads"
+    )
+    return f"{probes} / {beyond}", "signed reads tampered in-session, forged bare sessions; every table"
+
+
 def _pdf(pages: int, encrypt: bool = False) -> bytes:
     import io
 
@@ -412,9 +511,11 @@ def main() -> None:
         else:
             rows.append(("injections tried / obeyed", *injections(server, root)))
         if args.load_only:
-            rows += [("bad inputs tried / mishandled", "skipped (--load-only)", ""),
+            rows += [("app-role SQL probes / rows beyond", "skipped (--load-only)", ""),
+                 ("bad inputs tried / mishandled", "skipped (--load-only)", ""),
                      ("faults injected / data lost", "skipped (--load-only)", "")]  # fmt: skip
         else:
+            rows.append(("app-role SQL probes / rows beyond", *sql_probes(server, root, embed_model)))
             rows.append(("bad inputs tried / mishandled", *bad_inputs(server, root, embed_model, args.files)))
             rows.append(("faults injected / data lost", *faults()))
         clients, p95, note = load_and_soak(server, root, embed_model, args)
