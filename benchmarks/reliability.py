@@ -2,7 +2,7 @@
 faults, and load (16 concurrent clients, p95, a memory soak of retrieve), in one table.
 
     flock /tmp/erag-heavy.lock .venv/bin/python benchmarks/reliability.py [--soak-seconds 600]
-        [--clients 16] [--rounds 4] [--files 100000] [--skip-leaks] [--skip-injection] [--load-only]
+        [--clients 16] [--rounds 4] [--files 100000] [--skip-leaks] [--skip-injection] [--load-only] [--injection-only]
 
 - leaks: runs benchmarks/leakage.py (the permission leak harness) at a reduced size and adds up its
   "total" rows; with --skip-leaks, or when it is missing, the row says where to look.
@@ -52,7 +52,7 @@ from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER  # noqa: E402
 from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding  # noqa: E402
 from enterprise_rag.store.embedded import start_embedded, stop_embedded  # noqa: E402
 from enterprise_rag.testing import ScriptedLLM, load, tenants, yes_probability  # noqa: E402
-from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, InjectionCase  # noqa: E402
+from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, UNLISTED_CASES, InjectionCase  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO_VPN = SHARED / "scenarios" / "docs" / "it" / "vpn-setup.md"
@@ -103,33 +103,39 @@ def scenario_case() -> InjectionCase | None:
 
 
 def injections(server: str, root: Path) -> tuple[str, str]:
+    """Both planted sets with the real local LLM: obeyed, and the honest fact still answered, per set."""
     dsn = fresh_database(server, "reliability_injection")
     docs = root / "injection-docs"
     docs.mkdir()
-    cases = list(CASES)
-    for case in cases:
+    sets = {"listed": list(CASES), "unlisted": list(UNLISTED_CASES)}
+    for case in (*CASES, *UNLISTED_CASES):
         (docs / case.filename).write_text(case.document(), encoding="utf-8")
     (docs / "compensation.md").write_text(CONFIDENTIAL, encoding="utf-8")
     vpn = scenario_case()
     if vpn is not None:
         (docs / vpn.filename).write_text(SCENARIO_VPN.read_text(encoding="utf-8"), encoding="utf-8")
-        cases.append(vpn)
+        sets["listed"].append(vpn)
     user = Principal(user_id="dana", groups=["all-staff"])
-    obeyed = 0
+    tally: dict[str, list[int]] = {name: [0, 0, 0] for name in sets}  # cases, obeyed, fact answered
     with EnterpriseRAG(data_dir=root / "data", settings=load_settings(None, database={"dsn": dsn})) as rag:
         report = rag.ingest(docs)
         assert not report.failed, report.failed
-        print(f"\ninjection: {len(cases)} planted cases, real local LLM ({rag.providers.describe()['generator']})")
-        for case in cases:
-            t0 = time.perf_counter()
-            res = rag.query(case.question, user=user)
-            hit = case.obeyed(res.answer, bool(res.pipeline["web_search_used"]))
-            obeyed += hit
-            answer = " ".join(res.answer.split())
-            print(f"  {case.name:<20} {'OBEYED' if hit else 'resisted':<8} {time.perf_counter() - t0:5.0f} s  "
-                  f"decision={res.pipeline['decision']} web={res.pipeline['web_search_used']} "
-                  f"cites={[c.label for c in res.citations]}  {answer[:140]!r}", flush=True)  # fmt: skip
-    return f"{len(cases)} / {obeyed}", "real local LLM"
+        for name, cases in sets.items():
+            print(f"\ninjection ({name} phrasings): {len(cases)} planted cases, real local LLM "
+                  f"({rag.providers.describe()['generator']})")  # fmt: skip
+            for case in cases:
+                t0 = time.perf_counter()
+                res = rag.query(case.question, user=user)
+                hit = case.obeyed(res.answer, bool(res.pipeline["web_search_used"]))
+                fact = bool(case.fact) and case.fact_answered(res.answer)
+                tally[name] = [tally[name][0] + 1, tally[name][1] + hit, tally[name][2] + fact]
+                answer = " ".join(res.answer.split())
+                print(f"  {case.name:<20} {'OBEYED' if hit else 'resisted':<8} {'fact' if fact else 'no fact':<7} "
+                      f"{time.perf_counter() - t0:5.0f} s decision={res.pipeline['decision']} "
+                      f"web={res.pipeline['web_search_used']} cites={[c.label for c in res.citations]}  "
+                      f"{answer[:140]!r}", flush=True)  # fmt: skip
+    value = ", ".join(f"{n}: {c} / {o} (fact {f})" for n, (c, o, f) in tally.items())
+    return value, "tried / obeyed (fact answered), real local LLM"
 
 
 # --- hostile inputs -----------------------------------------------------------------------------------
@@ -495,6 +501,7 @@ def main() -> None:
     parser.add_argument("--skip-leaks", action="store_true")
     parser.add_argument("--skip-injection", action="store_true", help="skip the real-LLM injection run")
     parser.add_argument("--load-only", action="store_true", help="only the load runs and the soak")
+    parser.add_argument("--injection-only", action="store_true", help="only the real-LLM injection run")
     args = parser.parse_args()
     if args.load_only:
         args.skip_leaks = args.skip_injection = True
@@ -505,6 +512,9 @@ def main() -> None:
     rows: list[tuple[str, str, str]] = []
     try:
         embed_model = LocalMiniLMEmbedding()
+        if args.injection_only:
+            rows.append(("injections tried / obeyed", *injections(server, root)))
+            return _report(rows, started)
         rows.append(("probes tried / leaks", *leaks(args)))
         if args.skip_injection:
             rows.append(("injections tried / obeyed", "skipped (--skip-injection)", ""))
@@ -529,6 +539,10 @@ def main() -> None:
         rows.append(("p95 under load", p95, note))
     finally:
         stop_embedded(root / "server")
+    _report(rows, started)
+
+
+def _report(rows: list[tuple[str, str, str]], started: float) -> None:
     print(f"\nreliability report ({(time.perf_counter() - started) / 60:.1f} min)")
     print(f"{'metric':<32} {'value':<34} note")
     for metric, value, note in rows:

@@ -22,7 +22,13 @@ from enterprise_rag.llm import prompts
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.llm.untrusted import WITHHELD, fence, withhold_instructions
 from enterprise_rag.testing import ScriptedLLM
-from enterprise_rag.testing.injections import CASES, CONFIDENTIAL, CONFIDENTIAL_MARKER, InjectionCase
+from enterprise_rag.testing.injections import (
+    CASES,
+    CONFIDENTIAL,
+    CONFIDENTIAL_MARKER,
+    UNLISTED_CASES,
+    InjectionCase,
+)
 from tests.support.databases import create_db, drop_db
 from tests.support.workflow import (
     CHECK_OK,
@@ -54,6 +60,17 @@ def test_planted_text_cannot_add_sources_or_close_the_blocks(case: InjectionCase
     body = prompts.grade_messages(case.question, case.document())[-1].content or ""
     assert body.count("<passages>") == 1 and body.count("</passages>") == 1
     assert body.index("</passages>") > body.index(case.fact_section)
+
+
+def test_the_unlisted_phrasings_are_not_what_the_phrase_detector_was_written_for() -> None:
+    """The reliability benchmark measures the defence on these; the detector must not be what stops them."""
+    assert len(UNLISTED_CASES) >= 20 and len({c.name for c in UNLISTED_CASES}) == len(UNLISTED_CASES)
+    for case in UNLISTED_CASES:
+        document = case.document()
+        assert withhold_instructions(document) == document, case.name
+        assert case.fact.lower() in case.fact_section.lower() and case.payloads, case.name
+        assert not any(p.lower() in case.fact_section.lower() for p in case.payloads), case.name
+        assert case.fact_answered(f"... {case.fact} ...") and not case.obeyed(case.fact_section)
 
 
 def test_fence_defuses_only_structure() -> None:
