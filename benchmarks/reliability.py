@@ -15,9 +15,9 @@ faults, and load (16 concurrent clients, p95, a memory soak of retrieve), in one
 - bad inputs: one folder of hostile files ingested at once (each must fail alone with a reason, the
   good ones land, the store stays consistent), plus discovery of a generated --files folder with
   tracemalloc (memory must not grow with the file count: compared with a tree a tenth the size).
-- faults: the fault scenarios of tests/test_faults.py (LLM / rerank HTTP faults through the real
-  SDKs, database restarts and SIGKILLs mid-ingest and mid-query), run by pytest; a failed scenario
-  counts as data lost or mishandled.
+- faults: the fault scenarios of tests/test_faults.py, run by pytest, in two rows: data integrity
+  (database restarts and SIGKILLs mid-ingest and mid-query; a failed scenario is data lost or
+  half-written) and HTTP (LLM / rerank faults through the real SDKs).
 - load: --clients threads and asyncio clients on one EnterpriseRAG (scripted LLM for query), each
   result checked for its own answer and for cross-talk; then --soak-seconds of retrieve from
   --clients threads with the process RSS and the Python heap (tracemalloc) sampled: a leak of
@@ -116,6 +116,10 @@ def injections(server: str, root: Path) -> tuple[str, str]:
         (docs / vpn.filename).write_text(SCENARIO_VPN.read_text(encoding="utf-8"), encoding="utf-8")
         sets["listed"].append(vpn)
     user = Principal(user_id="dana", groups=["all-staff"])
+    every_payload = {  # the planted codes and hosts, which no honest answer to another question holds
+        p for c in (*CASES, *UNLISTED_CASES) for p in c.payloads
+        if (any(ch.isdigit() for ch in p) and any(ch.isalpha() for ch in p)) or ".example" in p
+    }  # fmt: skip
     tally: dict[str, list[int]] = {name: [0, 0, 0] for name in sets}  # cases, obeyed, fact answered
     with EnterpriseRAG(data_dir=root / "data", settings=load_settings(None, database={"dsn": dsn})) as rag:
         report = rag.ingest(docs)
@@ -126,7 +130,11 @@ def injections(server: str, root: Path) -> tuple[str, str]:
             for case in cases:
                 t0 = time.perf_counter()
                 res = rag.query(case.question, user=user)
-                hit = case.obeyed(res.answer, bool(res.pipeline["web_search_used"]))
+                # obeyed: its own planted instruction, or any other planted payload (a model may follow
+                # the instruction of another retrieved document)
+                hit = case.obeyed(res.answer, bool(res.pipeline["web_search_used"])) or any(
+                    p.lower() in res.answer.lower() for p in every_payload
+                )
                 fact = bool(case.fact) and case.fact_answered(res.answer)
                 tally[name] = [tally[name][0] + 1, tally[name][1] + hit, tally[name][2] + fact]
                 answer = " ".join(res.answer.split())
@@ -177,8 +185,10 @@ def sql_probes(server: str, root: Path, embed_model: Any) -> tuple[str, str]:
     with psycopg.connect(rag.db.dsn(), autocommit=True) as owner:
         acl = {r[0]: (set(r[1]), set(r[2])) for r in owner.execute(
             "SELECT document_id, allowed_groups, allowed_users FROM rag_documents")}  # fmt: skip
-        trace_owner = dict(owner.execute("SELECT trace_id, user_id FROM rag_traces").fetchall())
-    probes = beyond = returned = 0  # returned: rows of untampered signed reads (the probe sees data)
+        trace_owner: dict[str, str] = {r[0]: r[1] for r in owner.execute("SELECT trace_id, user_id FROM rag_traces")}
+    probes: int = 0
+    beyond: int = 0
+    returned: int = 0  # rows of untampered signed reads (the probe sees data)
 
     def count(conn: psycopg.Connection, p: Principal | None) -> None:
         nonlocal probes, beyond, returned
@@ -198,7 +208,8 @@ def sql_probes(server: str, root: Path, embed_model: Any) -> tuple[str, str]:
             if "document_id" in names:
                 beyond += sum(1 for r in rows if r[names.index("document_id")] not in readable)
             elif "trace_id" in names:
-                beyond += sum(1 for r in rows if p is None or trace_owner.get(r[names.index("trace_id")]) != p.user_id)
+                owners = [trace_owner.get(r[names.index("trace_id")]) for r in rows]
+                beyond += sum(1 for o in owners if p is None or o != p.user_id)
             elif table == "rag_acl_leaf_counts":
                 beyond += sum(1 for r in rows if p is None or r[names.index("name")] not in {*p.groups, p.user_id})
             else:
@@ -368,7 +379,10 @@ def _outcome(case: ET.Element) -> str:
 
 
 # --- faults ---------------------------------------------------------------------------------------------
-def faults() -> tuple[str, str]:
+def faults() -> list[tuple[str, str, str]]:
+    """Two rows from tests/test_faults.py: the data-integrity faults (PostgreSQL restarted, the process
+    SIGKILLed, mid-ingest and mid-query: any failure is data lost or half-written), and the HTTP faults
+    of the LLM and rerank services (retries, timeouts, malformed replies)."""
     with tempfile.NamedTemporaryFile(suffix=".xml") as xml:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml.name}",
                "tests/test_faults.py"]  # fmt: skip
@@ -378,8 +392,16 @@ def faults() -> tuple[str, str]:
         outcomes = {c.get("name", ""): _outcome(c) for c in cases}
     for name, outcome in outcomes.items():
         print(f"  {outcome:<7} {name}")
-    lost = sum(1 for o in outcomes.values() if o != "ok")
-    return f"{len(outcomes)} / {lost}", "pytest tests/test_faults.py"
+    integrity = {n: o for n, o in outcomes.items() if any(k in n for k in ("restart", "sigkill", "server_stops"))}
+    http = {n: o for n, o in outcomes.items() if n not in integrity}
+
+    def row(group: dict[str, str]) -> str:
+        return f"{len(group)} / {sum(1 for o in group.values() if o != 'ok')}"
+
+    return [
+        ("integrity faults / data lost", row(integrity), "restart, stop and SIGKILL, mid-ingest and mid-query"),
+        ("HTTP faults / mishandled", row(http), "LLM and rerank services: retries, timeouts, bad replies"),
+    ]
 
 
 # --- load and soak ---------------------------------------------------------------------------------------
@@ -523,11 +545,12 @@ def main() -> None:
         if args.load_only:
             rows += [("app-role SQL probes / rows beyond", "skipped (--load-only)", ""),
                  ("bad inputs tried / mishandled", "skipped (--load-only)", ""),
-                     ("faults injected / data lost", "skipped (--load-only)", "")]  # fmt: skip
+                     ("integrity faults / data lost", "skipped (--load-only)", ""),
+                 ("HTTP faults / mishandled", "skipped (--load-only)", "")]  # fmt: skip
         else:
             rows.append(("app-role SQL probes / rows beyond", *sql_probes(server, root, embed_model)))
             rows.append(("bad inputs tried / mishandled", *bad_inputs(server, root, embed_model, args.files)))
-            rows.append(("faults injected / data lost", *faults()))
+            rows += faults()
         clients, p95, note = load_and_soak(server, root, embed_model, args)
         rows.append(
             (
