@@ -99,7 +99,9 @@ class LocalModelSettings(_Section):
 
     path: Path | None = Field(None, description="A GGUF file to use instead of the packaged model.")
     context_window: int = Field(8192, ge=512, description="Context length (tokens) of the local server.")
-    threads: int | None = Field(None, ge=1, description="CPU threads; unset = all cores.")
+    threads: int | None = Field(
+        None, ge=1, description="CPU threads; unset = the LLM takes the cores this process may use (its affinity)."
+    )
 
 
 class RerankerSettings(_Section):

@@ -32,6 +32,15 @@ from enterprise_rag.extras import require
 logger = logging.getLogger(__name__)
 
 
+def usable_cpus() -> int:
+    """The cores this process may run on (its CPU affinity: a container or ``taskset`` limit), not the
+    machine's count, which oversubscribes a limited process."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity API on this platform
+        return os.cpu_count() or 2
+
+
 class _Engine:
     """One loaded model; calls are serialised (one slot, 2 cores)."""
 
@@ -41,8 +50,8 @@ class _Engine:
         params.model.path = str(path)
         params.n_ctx = context_window
         params.n_parallel = 1
-        params.cpuparams.n_threads = threads or os.cpu_count() or 2
-        params.cpuparams_batch.n_threads = threads or os.cpu_count() or 2
+        params.cpuparams.n_threads = threads or usable_cpus()
+        params.cpuparams_batch.n_threads = threads or usable_cpus()
         params.cache_prompt = True
         params.verbosity = -1
         params.warmup = False
