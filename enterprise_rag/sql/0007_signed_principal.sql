@@ -155,13 +155,20 @@ REVOKE EXECUTE ON FUNCTION rag_bm25_rebuild() FROM PUBLIC;
 CREATE TABLE rag_deferred_indexes (indexname text PRIMARY KEY, indexdef text NOT NULL);
 REVOKE ALL ON rag_deferred_indexes FROM PUBLIC;
 
-CREATE FUNCTION rag_suspend_index_maintenance() RETURNS void LANGUAGE plpgsql SECURITY DEFINER AS $fn$
-DECLARE
-    r record;
+-- Refuses (insufficient_privilege) unless the transaction is a signed service one.
+CREATE FUNCTION rag_require_service() RETURNS void LANGUAGE plpgsql STABLE AS $fn$
 BEGIN
     IF NOT rag_signed('service') THEN
         RAISE EXCEPTION 'not a signed service transaction' USING ERRCODE = 'insufficient_privilege';
     END IF;
+END
+$fn$;
+
+CREATE FUNCTION rag_suspend_index_maintenance() RETURNS void LANGUAGE plpgsql SECURITY DEFINER AS $fn$
+DECLARE
+    r record;
+BEGIN
+    PERFORM rag_require_service();
     FOR r IN SELECT indexname, indexdef FROM pg_indexes
              WHERE schemaname = current_schema() AND tablename = 'rag_nodes'
                AND indexname = ANY(ARRAY['rag_nodes_embedding', 'rag_nodes_tsv', 'rag_nodes_allowed_groups',
@@ -178,9 +185,7 @@ CREATE FUNCTION rag_restore_index_maintenance() RETURNS void LANGUAGE plpgsql SE
 DECLARE
     r record;
 BEGIN
-    IF NOT rag_signed('service') THEN
-        RAISE EXCEPTION 'not a signed service transaction' USING ERRCODE = 'insufficient_privilege';
-    END IF;
+    PERFORM rag_require_service();
     PERFORM set_config('maintenance_work_mem', '512MB', true);  -- the HNSW graph is built in memory
     FOR r IN DELETE FROM rag_deferred_indexes RETURNING indexdef LOOP
         EXECUTE r.indexdef;
@@ -193,6 +198,7 @@ $fn$;
 
 DO $fns$
 BEGIN
+    EXECUTE format('ALTER FUNCTION rag_require_service() SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION rag_suspend_index_maintenance() SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION rag_restore_index_maintenance() SET search_path = %I, pg_temp', current_schema());
 END

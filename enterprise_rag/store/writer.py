@@ -123,8 +123,9 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument], 
                 ],
             )
             # COPY cannot load a table under row-level security: the rows land in a temporary table
-            # of this transaction, then move in one INSERT (which the writer's policy checks).
-            cur.execute(f"CREATE TEMP TABLE rag_nodes_incoming ({_INCOMING_COLUMNS}) ON COMMIT DROP")
+            # (gone again below, or with the rollback of a failed write), then move in one INSERT,
+            # which the writer's policy checks.
+            cur.execute(f"CREATE TEMP TABLE rag_nodes_incoming ({_INCOMING_COLUMNS})")
             with cur.copy(f"COPY rag_nodes_incoming ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
                 copy.set_types(list(NODE_TYPES))
                 for doc in docs:
