@@ -76,10 +76,10 @@ def test_trace_maps_do_not_grow_with_retrieve_and_query_calls(tenant_rag: Enterp
         assert all(r.ok for r in load.run_threads(tenant_rag, TEAMS, 5, op))
         assert all(r.ok for r in load.run_asyncio(tenant_rag, TEAMS, 2, op))
     after = {name: _entries(model) for name, model in _models(tenant_rag).items()}
-    # What is left in a map is the tail of the last calls, so it may shrink (seen: grader 2 -> 1); it must not grow.
-    assert all(after[name] <= before[name] for name in before), (
-        f"trace maps grew over {TEAMS * 14} calls: {before} -> {after}"
-    )
+    # An LLM call outside any trace starts one on its own manager, which resets that map:
+    # what is left is the calls that overlapped the last reset, at most one per concurrent
+    # caller (the calls of one query are sequential), whatever the number of calls.
+    assert all(n <= TEAMS for n in after.values()), f"trace maps grew over {TEAMS * 14} calls: {before} -> {after}"
 
 
 def test_a_plain_manager_would_have_grown_on_the_same_calls(tenant_rag: EnterpriseRAG) -> None:
