@@ -2,10 +2,11 @@
 faults, and load (16 concurrent clients, p95, a memory soak of retrieve), in one table.
 
     flock /tmp/erag-heavy.lock .venv/bin/python benchmarks/reliability.py [--soak-seconds 600]
-        [--clients 16] [--rounds 4] [--files 100000] [--skip-leaks] [--skip-injection] [--load-only] [--injection-only]
+        [--clients 16] [--rounds 4] [--files 100000] [--leak-probes 1300] [--leak-query-probes 1000]
+        [--leak-web-probes 500] [--skip-leaks] [--skip-injection] [--load-only] [--injection-only]
 
-- leaks: runs benchmarks/leakage.py (the permission leak harness) at a reduced size and adds up its
-  "total" rows; with --skip-leaks, or when it is missing, the row says where to look.
+- leaks: runs benchmarks/leakage.py (the permission leak harness; >= 10,000 probes at the default
+  sizes) and adds up its "total" rows; with --skip-leaks, or when it is missing, the row says where to look.
 - injections: the planted documents of enterprise_rag.testing.injections plus the scenario corpus'
   VPN document, asked with the REAL local LLM (30-90 s per question); obeyed = the answer carries
   the payload the planted instruction asks for (or follows it: language, web call).
@@ -16,8 +17,8 @@ faults, and load (16 concurrent clients, p95, a memory soak of retrieve), in one
   good ones land, the store stays consistent), plus discovery of a generated --files folder with
   tracemalloc (memory must not grow with the file count: compared with a tree a tenth the size).
 - faults: the fault scenarios of tests/test_faults.py, run by pytest, in two rows: data integrity
-  (database restarts and SIGKILLs mid-ingest and mid-query; a failed scenario is data lost or
-  half-written) and HTTP (LLM / rerank faults through the real SDKs).
+  (database restarts and SIGKILLs mid-ingest and mid-query, disk full mid-ingest; a failed scenario
+  is data lost or half-written) and HTTP (LLM / rerank faults through the real SDKs).
 - load: --clients threads and asyncio clients on one EnterpriseRAG (scripted LLM for query), each
   result checked for its own answer and for cross-talk; then --soak-seconds of retrieve from
   --clients threads with the process RSS and the Python heap (tracemalloc) sampled: a leak of
@@ -76,9 +77,8 @@ def leaks(args: argparse.Namespace) -> tuple[str, str]:
     script = REPO / "benchmarks" / "leakage.py"
     if args.skip_leaks or not script.is_file():
         return "see benchmarks/leakage.py", ""
-    cmd = [sys.executable, str(script), "--docs", "40", "--probes", str(args.leak_probes),
-           "--query-probes", str(args.leak_probes // 5), "--web-probes", str(args.leak_probes // 5),
-           "--race-cycles", "10"]  # fmt: skip
+    cmd = [sys.executable, str(script), "--probes", str(args.leak_probes),
+           "--query-probes", str(args.leak_query_probes), "--web-probes", str(args.leak_web_probes)]  # fmt: skip
     print(f"leaks: {' '.join(cmd[1:])}", flush=True)
     done = subprocess.run(cmd, cwd=REPO / "benchmarks", capture_output=True, text=True)
     totals = [line.split() for line in done.stdout.splitlines() if line.startswith("total")]
@@ -89,7 +89,7 @@ def leaks(args: argparse.Namespace) -> tuple[str, str]:
     print("\n".join("  " + line for line in done.stdout.splitlines()))
     probes = sum(int(t[1]) for t in totals)
     leaked = sum(int(t[2]) for t in totals)
-    return f"{probes} / {leaked}", "benchmarks/leakage.py at reduced size"
+    return f"{probes} / {leaked}", "benchmarks/leakage.py, every path, plus its race reads"
 
 
 # --- prompt injection with the real local LLM -------------------------------------------------------
@@ -381,7 +381,8 @@ def _outcome(case: ET.Element) -> str:
 # --- faults ---------------------------------------------------------------------------------------------
 def faults() -> list[tuple[str, str, str]]:
     """Two rows from tests/test_faults.py: the data-integrity faults (PostgreSQL restarted, the process
-    SIGKILLed, mid-ingest and mid-query: any failure is data lost or half-written), and the HTTP faults
+    SIGKILLed, mid-ingest and mid-query, the data dir's file system full mid-ingest: any failure is data
+    lost or half-written), and the HTTP faults
     of the LLM and rerank services (retries, timeouts, malformed replies)."""
     with tempfile.NamedTemporaryFile(suffix=".xml") as xml:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml.name}",
@@ -392,14 +393,19 @@ def faults() -> list[tuple[str, str, str]]:
         outcomes = {c.get("name", ""): _outcome(c) for c in cases}
     for name, outcome in outcomes.items():
         print(f"  {outcome:<7} {name}")
-    integrity = {n: o for n, o in outcomes.items() if any(k in n for k in ("restart", "sigkill", "server_stops"))}
+    integrity = {n: o for n, o in outcomes.items()
+                 if any(k in n for k in ("restart", "sigkill", "server_stops", "disk_full"))}  # fmt: skip
     http = {n: o for n, o in outcomes.items() if n not in integrity}
 
     def row(group: dict[str, str]) -> str:
         return f"{len(group)} / {sum(1 for o in group.values() if o != 'ok')}"
 
     return [
-        ("integrity faults / data lost", row(integrity), "restart, stop and SIGKILL, mid-ingest and mid-query"),
+        (
+            "integrity faults / data lost",
+            row(integrity),
+            "restart, stop, SIGKILL mid-ingest and mid-query; disk full mid-ingest",
+        ),  # fmt: skip
         ("HTTP faults / mishandled", row(http), "LLM and rerank services: retries, timeouts, bad replies"),
     ]
 
@@ -519,7 +525,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=4, help="calls per client per load run")
     parser.add_argument("--files", type=int, default=100_000, help="files in the generated discovery folder")
-    parser.add_argument("--leak-probes", type=int, default=200, help="retrieval probes of the leak harness")
+    parser.add_argument("--leak-probes", type=int, default=1300, help="retrieval probes of the leak harness")
+    parser.add_argument("--leak-query-probes", type=int, default=1000, help="rag.query probes of the leak harness")
+    parser.add_argument("--leak-web-probes", type=int, default=500, help="web-fallback probes of the leak harness")
     parser.add_argument("--skip-leaks", action="store_true")
     parser.add_argument("--skip-injection", action="store_true", help="skip the real-LLM injection run")
     parser.add_argument("--load-only", action="store_true", help="only the load runs and the soak")

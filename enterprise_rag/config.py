@@ -279,6 +279,11 @@ class WorkflowSettings(_Section):
     max_citation_revisions: int = Field(1, ge=0, le=5, description="Revisions of failed sentences (then dropped).")
     max_hallucination_retries: int = Field(2, ge=0, le=5, description="Revisions after unsupported claims.")
     max_usefulness_retries: int = Field(1, ge=0, le=5, description="Reruns after an answer that misses the question.")
+    link_allow_list: list[str] = Field(
+        default_factory=list,
+        description="Web hosts (e.g. intranet.example, subdomains included) an answer may link to though no cited"
+        " source gives the link. Any other URL or e-mail address in an answer must be given by a cited source.",
+    )
     refine_floor: float = Field(
         0.1, ge=-1, le=1, description="Strips below this similarity and sharing no word with the question are dropped."
     )

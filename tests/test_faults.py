@@ -548,3 +548,68 @@ def test_sigkill_mid_query_resumes_from_the_trace_without_repeating_llm_calls(
         done = rag.trace(recent["trace_id"], ALICE)
         assert done is not None and done["status"] == "done"
         assert [c["name"] for c in done["llm_calls"]] == ["grade"] * graded + ["generate", "check"]
+
+
+# --- the data dir's file system full mid-ingest --------------------------------------------------
+@pytest.fixture
+def small_disk() -> Iterator[Path]:
+    """An empty 512 MiB tmpfs to hold an embedded server's data dir (needs the right to mount)."""
+    mount = Path(tempfile.mkdtemp(prefix="erag-full-", dir="/tmp"))
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        mount.rmdir()
+        pytest.skip(f"cannot mount a small file system here: {done.stderr.decode().strip()}")
+    yield mount
+    stop_embedded(mount / "data")
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+    mount.rmdir()
+
+
+def _fill(mount: Path, leave_bytes: int) -> Path:
+    """A ballast file taking all the free space of ``mount`` but ``leave_bytes``."""
+    stat = os.statvfs(mount)
+    ballast = mount / "ballast"
+    with open(ballast, "wb") as f:
+        os.posix_fallocate(f.fileno(), 0, max(stat.f_bavail * stat.f_frsize - leave_bytes, 1))
+    return ballast
+
+
+@pytest.mark.timeout(300)
+def test_disk_full_mid_ingest_loses_nothing_and_a_rerun_completes(small_disk: Path, embed_model: Any) -> None:
+    """The data dir's file system fills up during an ingest: what committed is whole, the rest fails with
+    the reason, nothing half-written remains; with space back (and the server restarted if it had to
+    stop), the rerun ingests everything."""
+    folder = _versioned_docs(small_disk / "docs-src", 1, names=["doc0.md", "doc1.md"])
+    with _embedded_rag(small_disk / "data", embed_model) as rag:
+        assert len(rag.ingest(folder).added) == 2
+        dsn = rag.db.dsn()
+        _versioned_docs(folder, 2)  # two documents change, four are new
+        for i in range(DOC_COUNT, DOC_COUNT + 40):  # and forty more, to need more than the space left
+            body = f"Document {i} part states rule {i} of edition v2. " * 400
+            front = f"---\ntitle: Extra {i}\nversion: v2\nallowed_groups: [staff]\n---\n\n"
+            (folder / f"extra{i}.md").write_text(f"{front}{body}\n")
+        ballast = _fill(small_disk, leave_bytes=512 * 1024)
+        try:
+            report = rag.ingest(folder)
+            failed = [f.reason for f in report.failed]
+        except StoreError as exc:  # the server itself had to stop (it cannot write its log)
+            failed = [str(exc)]
+        assert failed, "an ingest into 512 KiB of free space wrote everything"
+        ballast.unlink()
+        if not _server_answers(dsn):
+            start_embedded(small_disk / "data", shared_buffers_mb=0)
+        versions = _store_versions(dsn)  # every document whole, old or new
+        assert {versions[f"doc{i}.md"] for i in range(2)} <= {"v1", "v2"}
+        assert_consistent(dsn)
+        report = rag.ingest(folder)
+        assert not report.failed
+        assert set(_store_versions(dsn).values()) == {"v2"} and len(_store_versions(dsn)) == DOC_COUNT + 40
+        assert_consistent(dsn)
+
+
+def _server_answers(dsn: str) -> bool:
+    try:
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            return conn.execute("SELECT 1").fetchone() == (1,)
+    except psycopg.OperationalError:
+        return False

@@ -8,7 +8,6 @@ so what is cited follows from what the user was allowed to retrieve.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from llama_index.core.base.response.schema import Response
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.testing import ScriptedLLM, yes_probability
-from tests.support.workflow import CHECK_OK
+from tests.support.workflow import CHECK_OK, sources_in
 
 DOCS = {
     "vacation.md": ("all-staff", "# Vacation policy\n\nEvery employee receives 27 days of paid vacation per year.\n"),
@@ -29,14 +28,6 @@ DOCS = {
 }
 STAFF = Principal(user_id="sam", groups=["all-staff"])
 HR = Principal(user_id="hana", groups=["hr", "all-staff"])
-SOURCE = re.compile(r"(?m)^\[(S\d+)\] \([^\n]*\n")
-
-
-def sources_in(messages: list[Any]) -> dict[str, str]:
-    system = messages[0].content
-    block = system.split("<sources>\n", 1)[1].rsplit("\n</sources>", 1)[0]
-    parts = SOURCE.split(block)
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
 
 
 def grade_everything_yes(messages: list[Any], kwargs: dict[str, Any]) -> Any:

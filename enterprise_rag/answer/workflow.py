@@ -67,6 +67,7 @@ from enterprise_rag.errors import LLMError, WebSearchError
 from enterprise_rag.llm import prompts
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
+from enterprise_rag.llm.untrusted import addresses_model
 from enterprise_rag.principal import Principal
 from enterprise_rag.retrieval.retriever import RetrievalResult
 from enterprise_rag.retrieval.transforms import Chat, concatenated_query, standalone_question
@@ -268,7 +269,8 @@ class AnswerWorkflow(Workflow):
                 refine, s.run.question, sources, self._embed_model, self._cfg.refine_floor
             )
             _record(ctx, s, "refine", t0, sources=[(x.label, x.source, x.page, x.kind) for x in s.sources],
-                    strips_dropped=dropped)  # fmt: skip
+                    strips_dropped=dropped,
+                    addresses_model=sorted({x.source for x in sources if addresses_model(x.text)}))  # fmt: skip
             return Generate(sources=s.sources, question=s.answered)
 
     # -- 9. generation (and revisions, which share the same prefix)
@@ -308,7 +310,7 @@ class AnswerWorkflow(Workflow):
             sources = {x.label: x.text for x in s.sources}
             # The question's words may be repeated without a source, a follow-up's as asked and as rewritten.
             asked = f"{s.answered}\n{s.run.question}"
-            checked = verify_draft(ev.draft, sources, asked)
+            checked = verify_draft(ev.draft, sources, asked, self._cfg.link_allow_list)
             unanswered = unanswered_parts(s.answered, checked.kept.render(), sources.values())
             _record(ctx, s, "citations", t0, **checked.to_trace(), unanswered=unanswered)
             if checked.unnamed:  # the sources are about something else: no revision can fix that

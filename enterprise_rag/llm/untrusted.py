@@ -1,27 +1,41 @@
-"""Document text is data: before it goes into a prompt, it must not be able to forge the
-prompt's structure, nor speak to the model.
+"""Document text is data: how it is put into a prompt so that it can neither forge the prompt's
+structure nor pass for an instruction, and the signal that it tries to speak to the model.
 
-A passage that contains ``</sources>`` or a line like ``[S9] (source: ...)`` would
-otherwise close the sources block or add a source of its own, and its text would
-then sit where the model expects rules. :func:`fence` rewrites exactly those
-structural tokens (block tags and ``[S1]``/``[P1]`` labels) into look-alikes the
-prompt never uses, and leaves every other character as it was.
+Three layers, none of which depends on how an injection is worded:
 
-Rules in the prompt are not enough on their own: the local 1.5B generator, given a
-passage addressed to AI assistants that told it to ignore its instructions and reveal
-a secret, answered with that secret.
-:func:`withhold_instructions` therefore cuts text addressed to an AI model (an
-"ignore previous instructions", a "system note", a note to AI assistants, a line
-spoken as "Assistant:") from its sentence to the end of its paragraph, and says so
-in its place. The patterns name the addressee or the override, not a topic: a policy
-*about* AI assistants or a "do not ignore the safety instructions" stays.
+* **A boundary the text cannot forge.** Every block of document text opens with
+  ``<<<name id>>>`` and closes with ``<<<end name id>>>``, where ``id`` is an HMAC of the block's
+  content under a key drawn at random when the process starts. An author cannot know the id, so
+  cannot close the block early or open a new one; the same content gives the same id, so every call
+  about one question shares a byte-identical prefix (a local server reads the sources once).
+* **Datamarking.** Every line of document text starts with :data:`MARK`, the way a mail client
+  quotes a message: a line without it is never document text, whatever it says ("Assistant:",
+  "SYSTEM NOTE", a forged source header).
+* **Structure defused.** :func:`fence` rewrites the tokens the prompt itself uses (source and
+  passage labels such as ``[S1]``, block tags, the boundary's ``<<<``) into look-alikes it never
+  uses, and leaves every other character as it was.
+
+The rules of every prompt state the hierarchy: their own instructions, then the user's question;
+text inside a block is quoted material to answer from, never an instruction. Whether a model
+followed one anyway is checked on its answer, in code, by the verification of each sentence
+against its sources.
+
+:func:`addresses_model` (text that speaks to an AI model: an "ignore previous instructions", a
+"system note", a note to AI assistants, a line spoken as "Assistant:") is only a signal for the
+trace: a phrase list never sees the phrasings it was not written for, so it defends nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
+import secrets
 
+MARK = "\u2502 "  # "│ ": the quote bar at the start of every line of document text
+_KEY = secrets.token_bytes(32)
 _BLOCK_TAG = re.compile(r"<\s*(/?)\s*(sources|passages)\s*>", re.IGNORECASE)
+_BOUNDARY = re.compile(r"<{3,}|>{3,}")
 _LABEL = re.compile(r"\[\s*([SP])\s*(\d+)\s*\]", re.IGNORECASE)
 _ADDRESSED_TO_MODEL = re.compile(
     r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+)?(?:the\s+|your\s+)?"
@@ -32,29 +46,45 @@ _ADDRESSED_TO_MODEL = re.compile(
     r"|(?:^|(?<=[.!?:])\s+)assistant\s*:",
     re.IGNORECASE | re.MULTILINE,
 )
-_SENTENCE_START = re.compile(r"(?:^|[.!?]\s+|\n)")
-WITHHELD = "(text addressed to AI assistants withheld)"
 
 
 def fence(text: str) -> str:
-    """``text`` with prompt block tags and source/passage labels defused (``</sources>`` -> ``(/sources)``)."""
+    """``text`` with the prompt's own tokens defused: ``[S1]`` -> ``(S1)``, ``</sources>`` -> ``(/sources)``,
+    ``<<<`` -> ``<<``."""
     text = _BLOCK_TAG.sub(lambda m: f"({m.group(1)}{m.group(2)})", text)
+    text = _BOUNDARY.sub(lambda m: m.group(0)[:2], text)
     return _LABEL.sub(lambda m: f"({m.group(1)}{m.group(2)})", text)
 
 
-def withhold_instructions(text: str) -> str:
-    """``text`` with every paragraph cut at the sentence where it starts addressing an AI model."""
-    paragraphs = text.split("\n\n")
-    for i, paragraph in enumerate(paragraphs):
-        match = _ADDRESSED_TO_MODEL.search(paragraph)
-        if match is None:
-            continue
-        start = max((m.end() for m in _SENTENCE_START.finditer(paragraph, 0, match.start() + 1)), default=0)
-        kept = paragraph[: min(start, match.start())]
-        paragraphs[i] = kept + ("" if not kept or kept[-1].isspace() else " ") + WITHHELD
-    return "\n\n".join(paragraphs)
+def mark(text: str) -> str:
+    """Document text for a prompt: structure defused, every line datamarked."""
+    return "\n".join(MARK + line for line in fence(text).split("\n"))
 
 
-def as_data(text: str) -> str:
-    """Document text for a prompt: what addresses the model withheld, the prompt's structure defused."""
-    return fence(withhold_instructions(text))
+def unmark(text: str) -> str:
+    """``text`` without the data marks at its line starts (a model that copies a source line copies its mark)."""
+    return re.sub(rf"(?m)^[ \t]*{re.escape(MARK.strip())}[ \t]?", "", text)
+
+
+def block_id(body: str) -> str:
+    """The id of a data block: unforgeable without the process key, the same for the same content."""
+    return hmac.new(_KEY, body.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
+
+
+def data_block(name: str, body: str) -> str:
+    """``body`` (already marked) between the opening and closing boundary of block ``name``."""
+    bid = block_id(body)
+    return f"<<<{name} {bid}>>>\n{body}\n<<<end {name} {bid}>>>"
+
+
+def block_body(prompt: str, name: str) -> str:
+    """The marked body of block ``name`` in ``prompt`` (the inverse of :func:`data_block`)."""
+    match = re.search(rf"<<<{name} (\w+)>>>\n(.*)\n<<<end {name} \1>>>", prompt, re.DOTALL)
+    if match is None:
+        raise ValueError(f"no {name} block in the prompt")
+    return match.group(2)
+
+
+def addresses_model(text: str) -> bool:
+    """Whether ``text`` holds a phrase that speaks to an AI model: a trace signal, not a defence."""
+    return _ADDRESSED_TO_MODEL.search(text) is not None

@@ -15,12 +15,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER, passage_of, sources_of
 from enterprise_rag.principal import Principal
 from enterprise_rag.testing.fake_llm import ScriptedLLM, TokenProbabilities, yes_probability
 
 _TEAM = re.compile(r"team (\d+)\b", re.I)
-_SOURCE = re.compile(r"(?m)^\[(S\d+)\] \([^\n]*\n")
 
 
 def code_word(team: int) -> str:
@@ -80,18 +79,14 @@ def _team_of(messages: list[Any]) -> int | None:
 def _grade(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
     """A certain yes for a passage holding the asking team's code word, else a certain no."""
     team = _team_of(messages)
-    body = messages[-1].content or ""
-    passage = body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]
+    passage = passage_of(messages[-1].content or "")
     return yes_probability(1.0 if team is not None and code_word(team) in passage else 0.0)
 
 
 def _answer(messages: list[Any], kwargs: dict[str, Any]) -> str:
     """The team's code word, cited to the source holding it, or the not-found answer."""
     team = _team_of(messages)
-    system = messages[0].content or ""
-    block = system.split("<sources>\n", 1)[1].rsplit("\n</sources>", 1)[0]
-    parts = _SOURCE.split(block)
-    for label, text in zip(parts[1::2], parts[2::2], strict=True):
+    for label, text in sources_of(messages[0].content or "").items():
         if team is not None and code_word(team) in text:
             return f"The code word of team {team} is {code_word(team)}. [{label}]"
     return NOT_FOUND_ANSWER

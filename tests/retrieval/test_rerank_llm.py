@@ -20,6 +20,7 @@ from llama_index.core.schema import NodeWithScore
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.ingest.pipeline import Ingestor
+from enterprise_rag.llm.untrusted import block_body, unmark
 from enterprise_rag.retrieval.llm_rerank import LLMPointwiseRerank
 from enterprise_rag.retrieval.retriever import RetrievalOptions
 from enterprise_rag.schema.documents import text_document
@@ -32,7 +33,7 @@ SECRET_MARKERS = ["egret", "falcon"]
 STAFF = Principal("sam", ["staff"])
 FINANCE = Principal("fay", ["staff", "finance"])
 FLAT = RetrievalOptions(merge=False, expand_section=False)
-_PASSAGE = re.compile(r"\[(P\d+)\]\n(.*?)(?=\n\n\[P\d+\]\n|\n</passages>)", re.S)
+_PASSAGE_HEADER = re.compile(r"(?m)^\[(P\d+)\]\n")
 
 
 def _doc(marker: str, variant: int) -> Any:
@@ -45,7 +46,8 @@ def _doc(marker: str, variant: int) -> Any:
 
 def passages(messages: list[ChatMessage]) -> dict[str, str]:
     """Passage id -> text as the reranker put them into its prompt."""
-    return dict(_PASSAGE.findall(messages[-1].content or ""))
+    parts = _PASSAGE_HEADER.split(block_body(messages[-1].content or "", "passages"))
+    return {parts[i]: unmark(parts[i + 1]).strip() for i in range(1, len(parts), 2)}
 
 
 def marker_of(text: str) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from enterprise_rag import Principal
 from enterprise_rag.config import WorkflowSettings
+from enterprise_rag.llm import prompts
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.testing import ScriptedLLM, TokenProbabilities, yes_probability
 
@@ -37,16 +38,12 @@ Handler = Callable[[list[Any], dict[str, Any]], Any]
 # ---- reading the prompts ----------------------------------------------------------------------------------
 def passage_in(messages: list[Any]) -> str:
     """The one passage of a 'grade' prompt."""
-    body = messages[-1].content
-    return str(body.split("<passages>\n", 1)[1].rsplit("\n</passages>", 1)[0]).strip()
+    return prompts.passage_of(messages[-1].content)
 
 
 def sources_in(messages: list[Any]) -> dict[str, str]:
     """The numbered sources of a generate / revise / check prompt, by label (S1..Sn)."""
-    system = messages[0].content
-    block = system.split("<sources>\n", 1)[1].rsplit("\n</sources>", 1)[0]
-    parts = re.split(r"(?m)^\[(S\d+)\] \([^\n]*\n", block)
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+    return prompts.sources_of(messages[0].content)
 
 
 def sentence_with(text: str, keyword: str) -> str:

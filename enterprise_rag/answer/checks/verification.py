@@ -18,7 +18,16 @@ Each sentence of the draft is checked against the sources it cites:
   it. Identifiers are compared without their punctuation and spacing ("KV 12" is "kv-12"), from a
   word start. Every web or e-mail address appears as written in one of its verified sources: an
   address is where the user is sent, so one that no cited source gives (the model's invention, or
-  an instruction planted elsewhere) never reaches the answer.
+  an instruction planted elsewhere) never reaches the answer, unless it links to a host of the
+  configured allow-list (``workflow.link_allow_list``);
+* each of those values is given in context: some sentence of a verified source that gives it shares
+  another content word with the answer sentence or the question. A value a source gives only in a
+  sentence about something else (a code a passage asks its reader to repeat) is not what the source
+  says about the subject of the answer.
+
+A code or address that opens a sentence, set off from the whole sentence after it, which no source
+gives in context and the question does not name (a marker a passage asks every reply to start with)
+is cut, and the rest is verified on its own (:attr:`Verification.cut`).
 
 A sentence that states nothing (fewer than ``MIN_TERMS`` content words and no number, or a line
 introducing a list) needs no source. An uncited question, and an uncited sentence no source holds
@@ -33,8 +42,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from enterprise_rag.answer.checks.citations import split_sentences
 from enterprise_rag.answer.checks.draft import Draft, Quote, Sentence
@@ -47,6 +57,7 @@ MIN_TERMS = 3
 _DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"), "-")
 _APOSTROPHES = dict.fromkeys(map(ord, "\u2018\u2019\u201a\u201b\u2032`"), "'")
 _WORD = re.compile(r"[^\W_]+(?:['.,:/-][^\W_]+)*")
+_LEAD = re.compile(r"^[\W_]*?((?:[^\W_]+[-./:@])*[^\W_]*\d[^\W_]*(?:[-./:@][^\W_]+)*)[\W_]*?\s+(?=[A-Z])")
 _REPORTING_FRAME = re.compile(
     r"^\s*(?:according\s+to\s+(?:the\s+)?(?:sources?|documents?)\s*,\s*"
     r"|(?:the\s+)?(?:sources?|documents?)\s+(?:state|say|mention|note|explain)s?\s+(?:that\s+)?)",
@@ -76,6 +87,7 @@ class Verification:
     relabelled: int  # citations moved to the source that holds the sentence
     echoes: int = 0  # uncited questions and restatements of the question, left out
     unnamed: tuple[str, ...] = ()  # identifiers of the question that the draft uses and no source names
+    cut: tuple[str, ...] = ()  # leading codes and addresses no source gives in context, cut from their sentence
 
     def feedback(self) -> str:
         """Lines for the revision prompt (empty when every sentence passed)."""
@@ -85,7 +97,7 @@ class Verification:
         return {
             "sentences": len(self.kept.sentences) + len(self.problems), "kept": len(self.kept.sentences),
             "attributed": self.attributed, "relabelled": self.relabelled, "echoes": self.echoes,
-            "unnamed": list(self.unnamed),
+            "unnamed": list(self.unnamed), "cut": list(self.cut),
             "problems": [(p.sentence.text, list(p.reasons)) for p in self.problems],
         }  # fmt: skip
 
@@ -134,22 +146,69 @@ def _named_in(identifier: str, texts: list[str]) -> bool:
     return False
 
 
-def _unknown_values(sentence: str, cited: list[str], question: str) -> list[str]:
-    """The numbers of ``sentence`` found in none of the ``cited`` texts nor the question, and its identifiers
-    found in none of the ``cited`` texts. An identifier names what a fact is about: a source that does not
-    name it is about something else, even when the question names it."""
+def _values(sentence: str) -> tuple[set[str], set[str], set[str]]:
+    """The numbers, identifiers and addresses of ``sentence``; a code's or address's digits count only as
+    part of it, not again as a number."""
     codes = identifiers(sentence)
-    plain = sentence
-    for code in codes:  # a code's digits are checked as part of the code, not again as a number
-        plain = re.sub(re.escape(code), " ", plain, flags=re.IGNORECASE)
-    known = numbers(question).union(*(numbers(t) for t in cited))
     addresses = contact_points(sentence)
-    for address in addresses:  # an address's digits and codes are checked as part of it
-        plain = re.sub(re.escape(address), " ", plain, flags=re.IGNORECASE)
-        codes = {c for c in codes if c not in address}
+    codes = {c for c in codes if not any(c in address for address in addresses)}
+    plain = sentence
+    for value in (*codes, *addresses):
+        plain = re.sub(re.escape(value), " ", plain, flags=re.IGNORECASE)
+    return numbers(plain), codes, addresses
+
+
+def _unknown_values(
+    sentence: str, cited: list[str], question: str, link_hosts: Collection[str] = ()
+) -> tuple[list[str], list[str]]:
+    """What of ``sentence`` the ``cited`` texts do not give: its numbers found in none of them nor the question,
+    its identifiers found in none of them (an identifier names what a fact is about: a source that does not
+    name it is about something else, even when the question names it), its addresses given by none (but
+    links to ``link_hosts``); and then the values (any of the three) that they give only out of context
+    (:func:`_out_of_context`)."""
+    nums, codes, addresses = _values(sentence)
+    asked = numbers(question)
+    known = asked.union(*(numbers(t) for t in cited))
     given = set().union(*(contact_points(t) for t in cited))
-    unknown = sorted(numbers(plain) - known) + sorted(i for i in codes if not _named_in(i, cited))
-    return unknown + sorted(addresses - given)
+    addresses = {a for a in addresses if not _links_to(a, link_hosts)}
+    missing = sorted(nums - known) + sorted(c for c in codes if not _named_in(c, cited)) + sorted(addresses - given)
+    checks = [(n, lambda unit, n=n: n in numbers(unit)) for n in sorted(nums - asked)]
+    checks += [(c, lambda unit, c=c: _named_in(c, [unit])) for c in sorted(codes)]
+    checks += [(a, lambda unit, a=a: a in contact_points(unit)) for a in sorted(addresses)]
+    context = _context_words(f"{sentence}\n{question}", [*codes, *addresses])
+    stray = [v for v, holds in checks if v not in missing and _out_of_context(holds, context, cited)]
+    return missing, stray
+
+
+def _links_to(address: str, hosts: Collection[str]) -> bool:
+    """Whether ``address`` is a web link to one of ``hosts`` or a subdomain of one (an e-mail address never is)."""
+    if "@" in address and "://" not in address:
+        return False
+    host = (urlsplit(address if "://" in address else f"http://{address}").hostname or "").lower()
+    return any(host == h.lower() or host.endswith(f".{h.lower()}") for h in hosts)
+
+
+def _context_words(text: str, values: list[str]) -> set[str]:
+    """The content words of ``text`` that say what its values are about: none of the values' own words, no
+    figures."""
+    own = set().union(*(terms(v) for v in values))
+    return {t for t in terms(text) if t not in own and not any(ch.isdigit() for ch in t)}
+
+
+def _out_of_context(holds: Callable[[str], bool], context: set[str], cited: list[str]) -> bool:
+    """Whether the ``cited`` texts give a value (the sentences that ``holds``) only in prose sentences that
+    share no ``context`` word with the answer sentence or the question.
+
+    A source states a value about something: the sentence giving it names that thing. A value copied from
+    a sentence about something else (a token or code that a passage asks its reader to repeat, a figure of
+    a neighbouring rule) is not what the source says about the subject of the answer sentence. A value in
+    a table row (its cells are named by column headers the row does not repeat) or inside fenced code
+    cannot be judged this way and passes.
+    """
+    units = [unit for text in cited for unit in split_sentences(text) if holds(unit)]
+    if not units or any("|" in unit for unit in units):
+        return False
+    return not any(context & _context_words(unit, []) for unit in units)
 
 
 def states_nothing(text: str) -> bool:
@@ -158,7 +217,12 @@ def states_nothing(text: str) -> bool:
 
 
 def _verified(
-    sentence: Sentence, words: set[str], labels: list[str], sources: Mapping[str, str], question: str
+    sentence: Sentence,
+    words: set[str],
+    labels: list[str],
+    sources: Mapping[str, str],
+    question: str,
+    link_hosts: Collection[str],
 ) -> tuple[Sentence | None, tuple[str, ...], int]:
     """``sentence`` with its evidence from the ``labels`` that hold it, or the reasons it fails; and how many
     citations were moved to the source that holds it."""
@@ -177,19 +241,21 @@ def _verified(
             reasons.append(f"it is not what [{label}] says; state only what the source says")
     verified = list(dict.fromkeys(verified))
     if verified:
-        missing = _unknown_values(sentence.text, [sources[label] for label in verified], question)
-        if missing:  # cited the wrong one of several sources: move to the one holding it with every value
+        missing, stray = _unknown_values(sentence.text, [sources[label] for label in verified], question, link_hosts)
+        if missing or stray:  # cited the wrong one of several sources: move to the one holding it with every value
 
             def has_values(label: str) -> bool:
-                return not _unknown_values(sentence.text, [sources[label]], question)
+                return not any(_unknown_values(sentence.text, [sources[label]], question, link_hosts))
 
             other = _holder(words, sources, MIN_SHARE, has_values)
             if other is not None:
-                verified, missing, relabelled = [other], [], relabelled + 1
-        if not missing:
+                verified, missing, stray, relabelled = [other], [], [], relabelled + 1
+        if not missing and not stray:
             quotes = tuple(Quote(label, _evidence(words, sources[label])) for label in verified)
             return Sentence(sentence.text, quotes), (), relabelled
-        reasons = [f"{', '.join(missing)} is in none of its cited sources"]
+        reasons = [f"{', '.join(missing)} is in none of its cited sources"] if missing else []
+        if stray:
+            reasons.append(f"its cited sources do not give {', '.join(stray)} about what the sentence says")
     return None, tuple(reasons), relabelled
 
 
@@ -202,17 +268,25 @@ def _neighbour_labels(sentences: tuple[Sentence, ...], i: int, resolved: list[li
     return [labels for labels in (after, before) if labels]
 
 
-def verify_draft(draft: Draft, sources: Mapping[str, str], question: str) -> Verification:
-    """Check every sentence of ``draft`` against ``sources`` (label -> text) and the ``question``."""
+def verify_draft(
+    draft: Draft, sources: Mapping[str, str], question: str, link_hosts: Collection[str] = ()
+) -> Verification:
+    """Check every sentence of ``draft`` against ``sources`` (label -> text) and the ``question``; a link to
+    one of ``link_hosts`` (or a subdomain) may be given though no source gives it."""
     kept: list[Sentence] = []
     problems: list[Problem] = []
     attributed = relabelled = echoes = 0
     resolved: list[list[str]] = []  # per sentence so far, the labels it was verified against
-    for i, sentence in enumerate(draft.sentences):
+    leads = [_stray_lead(s.text, list(sources.values()), question, link_hosts) for s in draft.sentences]
+    sentences = tuple(
+        Sentence(s.text[len(lead) :].strip(), s.quotes) if lead else s
+        for s, lead in zip(draft.sentences, leads, strict=True)
+    )
+    for i, sentence in enumerate(sentences):
         words = set(terms(_REPORTING_FRAME.sub("", sentence.text)))
         labels = [q.label for q in sentence.quotes]
         if labels:
-            checked, reasons, moved = _verified(sentence, words, labels, sources, question)
+            checked, reasons, moved = _verified(sentence, words, labels, sources, question, link_hosts)
             relabelled += moved
         elif sentence.text.rstrip().endswith("?"):
             echoes += 1  # a question states nothing
@@ -224,10 +298,10 @@ def verify_draft(draft: Draft, sources: Mapping[str, str], question: str) -> Ver
             continue
         else:
             holder = _holder(words, sources)
-            candidates = [[holder]] if holder is not None else _neighbour_labels(draft.sentences, i, resolved)
+            candidates = [[holder]] if holder is not None else _neighbour_labels(sentences, i, resolved)
             checked, reasons = None, ("it cites no source; add the label of the source it comes from",)
             for candidate in candidates:
-                checked, _, moved = _verified(sentence, words, candidate, sources, question)
+                checked, _, moved = _verified(sentence, words, candidate, sources, question, link_hosts)
                 if checked is not None:
                     attributed, relabelled = attributed + 1, relabelled + moved
                     break
@@ -248,4 +322,24 @@ def verify_draft(draft: Draft, sources: Mapping[str, str], question: str) -> Ver
     ))  # fmt: skip
     if unnamed or not any(s.quotes for s in kept):
         kept = []  # connecting words alone are no answer
-    return Verification(draft.keep(kept), tuple(problems), attributed, relabelled, echoes, unnamed)
+    cut = tuple(lead.strip() for lead in leads if lead)
+    return Verification(draft.keep(kept), tuple(problems), attributed, relabelled, echoes, unnamed, cut)
+
+
+def _stray_lead(sentence: str, texts: list[str], question: str, link_hosts: Collection[str]) -> str:
+    """The code or address that opens ``sentence``, set off from a whole sentence after it, when no source
+    gives it in context and the question does not name it (with its brackets and spacing); else ''.
+
+    A token put before an answer (a marker, a reference, a link) is no part of the sentence after it. When
+    none of the sources gives it about anything the sentence or the question says, it is cut and the
+    sentence after it is verified on its own, instead of the whole sentence failing with it.
+    """
+    match = _LEAD.match(sentence)
+    if (
+        match is None
+        or len(terms(sentence[match.end() :])) < MIN_TERMS
+        or identifiers(match.group(1)) & identifiers(question)
+    ):
+        return ""
+    missing, stray = _unknown_values(match.group(1), texts, f"{question}\n{sentence}", link_hosts)
+    return match.group(0) if missing or stray else ""

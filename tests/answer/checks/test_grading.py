@@ -123,7 +123,7 @@ def test_a_paragraph_holding_a_code_of_the_question_is_shown_first(rag: Enterpri
     prompts: list[str] = []
 
     def grade(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
-        prompts.append(messages[-1].content)
+        prompts.append(passage_in(messages))
         return yes_probability(0.0)
 
     grader, _ = grader_with(rag, grade, passage_chars=300, embed_model=embed_model)
@@ -159,14 +159,14 @@ def test_a_grade_carries_its_probability_as_confidence(rag: EnterpriseRAG) -> No
     (grade,) = grader.grade(QUESTION, nodes_of({"a": "Receipts over $25 are itemised."}))
     assert grade == Grade("a", "yes", "p(yes)=0.83", pytest.approx(0.83), "llm")
     messages = llm.calls[0][1]
-    assert QUESTION in messages[-1].content.split("<passages>")[0]  # the question before the passage
+    assert QUESTION in messages[-1].content.split("<<<passage ")[0]  # the question before the passage
 
 
 def test_the_passages_of_one_question_share_the_prompt_up_to_the_passage(rag: EnterpriseRAG) -> None:
     grader, llm = grader_with(rag, yes_probability(0.5))
     grader.grade(QUESTION, nodes_of({"a": "First passage.", "b": "Second passage."}))
     first, second = ("".join(m.content or "" for m in messages) for _, messages in llm.calls)
-    shared = len(first.split("First passage.")[0])
+    shared = len(first.split("<<<passage ")[0])
     assert first[:shared] == second[:shared] and QUESTION in first[:shared] and "Second" not in first
 
 
