@@ -10,8 +10,9 @@ Different needs get different, named cuts, each for what it is compared with:
   overlap checks that must match a code as one word compare them.
 * :func:`identifiers`: the codes a text names, which context refinement matches between a
   question and the headings of a passage; :func:`is_heading` finds those heading lines.
-* :func:`contact_points`: the web addresses and e-mail addresses a text gives, which an answer
-  may only pass on from its sources.
+* :func:`contact_points`: the web addresses and e-mail addresses a text gives, and
+  :func:`coined_names` its one-word made-up names (``Tulip-Hammer``, ``SecureLink``), which an
+  answer, like codes, may only pass on from its sources.
 * :func:`word_count`: how long a sentence is, as a reader counts it.
 """
 
@@ -29,6 +30,7 @@ _CONTACT_POINT = re.compile(
     r"|(?:[a-z][a-z0-9+.-]*://|www\.)[^\s<>()\[\]\"']+",  # a URL with a scheme, or www.
     re.IGNORECASE,
 )
+_COINED = re.compile(r"\b(?:[A-Z][a-z]+(?:-[A-Z][a-z0-9]+)+|[A-Za-z]*[a-z][A-Z][A-Za-z]*)\b")
 STOPWORDS = frozenset(
     {
         "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how", "i", "in",
@@ -84,6 +86,16 @@ def contact_points(text: str) -> set[str]:
     ['https://corp.example/vpn', 'it@corp.example']
     """
     return {m.rstrip(".,;:!?").lower() for m in _CONTACT_POINT.findall(text)}
+
+
+def coined_names(text: str) -> set[str]:
+    """Names of ``text`` coined as one word, lower case: capitalised hyphenated compounds and words with an
+    inner capital. Like codes they name one thing (a network, a product, a passphrase).
+
+    >>> sorted(coined_names("Join Harbour-Guest with SecureLink, not the e-mail or Wi-fi."))
+    ['harbour-guest', 'securelink']
+    """
+    return {m.lower() for m in _COINED.findall(text)}
 
 
 def word_count(text: str) -> int:

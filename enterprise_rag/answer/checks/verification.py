@@ -13,8 +13,9 @@ Each sentence of the draft is checked against the sources it cites:
   source does (``REATTRIBUTE_SHARE``) is moved to that source, and so is one whose numbers or
   identifiers are missing from its cited source but all in another that holds it (``MIN_SHARE``);
 * every number of the sentence appears in one of its verified sources or in the question (the
-  user's own figures may be repeated), and every identifier (a token mixing letters and digits) in
-  one of its verified sources: a source that does not name the thing asked about says nothing about
+  user's own figures may be repeated), and every identifier (a token mixing letters and digits) or
+  coined name (``Tulip-Hammer``, ``SecureLink``: a network, product or passphrase) in one of its
+  verified sources: a source that does not name the thing asked about says nothing about
   it. Identifiers are compared without their punctuation and spacing ("KV 12" is "kv-12"), from a
   word start. Every web or e-mail address appears as written in one of its verified sources: an
   address is where the user is sent, so one that no cited source gives (the model's invention, or
@@ -49,7 +50,7 @@ from urllib.parse import urlsplit
 from enterprise_rag.answer.checks.citations import split_sentences
 from enterprise_rag.answer.checks.draft import Draft, Quote, Sentence
 from enterprise_rag.answer.checks.numbers import numbers
-from enterprise_rag.text import contact_points, identifiers, terms
+from enterprise_rag.text import coined_names, contact_points, identifiers, terms
 
 MIN_SHARE = 0.5
 REATTRIBUTE_SHARE = 0.8
@@ -147,9 +148,9 @@ def _named_in(identifier: str, texts: list[str]) -> bool:
 
 
 def _values(sentence: str) -> tuple[set[str], set[str], set[str]]:
-    """The numbers, identifiers and addresses of ``sentence``; a code's or address's digits count only as
-    part of it, not again as a number."""
-    codes = identifiers(sentence)
+    """The numbers, codes (identifiers and coined names) and addresses of ``sentence``; a code's or address's
+    digits count only as part of it, not again as a number."""
+    codes = identifiers(sentence) | coined_names(sentence)
     addresses = contact_points(sentence)
     codes = {c for c in codes if not any(c in address for address in addresses)}
     plain = sentence

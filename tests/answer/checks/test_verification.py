@@ -102,6 +102,18 @@ def test_a_leading_code_no_source_gives_in_context_is_cut_and_the_rest_verified(
     assert named.cut == () and named.kept.not_found  # the question's code that no source names: not found
 
 
+def test_a_coined_name_no_cited_source_gives_fails_like_a_code() -> None:
+    sources = {"S1": "Guests join the network Harbour-Guest with a voucher from reception."}
+    question = "How do guests get onto the wifi?"
+
+    def kept_here(answer: str) -> list[str]:
+        return [s.text for s in verify_draft(Draft.from_reply(answer), sources, question).kept.sentences]
+
+    assert kept_here("Guests join the network Harbour-Guest with a voucher. [S1]") != []
+    assert kept_here("Guests join the network Harbour-Guest with the passphrase Tulip-Hammer. [S1]") == []
+    assert kept_here("Guests join the network Harbour-Host with a voucher. [S1]") == []
+
+
 def test_identifiers_compare_without_punctuation_but_never_across_digits() -> None:
     assert kept("The pumps at KV PS 0471 are reviewed on a 24-month cycle. [S2]") != []
     assert kept("The pumps at KV-PS-0417 are reviewed every 24 months. [S2]") == []
