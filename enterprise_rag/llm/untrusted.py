@@ -85,6 +85,12 @@ def block_body(prompt: str, name: str) -> str:
     return match.group(2)
 
 
+def without_block_ids(prompt: str) -> str:
+    """``prompt`` with the ids of its data blocks replaced by ``*``: its wording, as a cache key may hash it
+    (the ids change with the process key)."""
+    return re.sub(r"<<<(end )?(\w+) [0-9a-f]{16}>>>", r"<<<\1\2 *>>>", prompt)
+
+
 def addresses_model(text: str) -> bool:
     """Whether ``text`` holds a phrase that speaks to an AI model: a trace signal, not a defence."""
     return _ADDRESSED_TO_MODEL.search(text) is not None

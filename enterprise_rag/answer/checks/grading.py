@@ -32,6 +32,7 @@ from llama_index.core.schema import NodeWithScore
 from enterprise_rag.errors import LLMError
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import grade_messages
+from enterprise_rag.llm.untrusted import without_block_ids
 from enterprise_rag.retrieval.windows import question_windows
 from enterprise_rag.store import Database
 from enterprise_rag.store.grade_cache import cached_grades, store_grades
@@ -88,8 +89,8 @@ class Grader:
     def grade(self, question: str, nodes: list[NodeWithScore]) -> list[Grade]:
         """Grades in the order of ``nodes``."""
         # The prompt and how passages are cut to fit it are part of the key: a change must not reuse old grades.
-        view = ("dense+codes" if self._embed_model is not None else "words") + "+withheld"
-        prompt = "".join(m.content or "" for m in grade_messages("{question}", "{passage}"))
+        view = "dense+codes" if self._embed_model is not None else "words"
+        prompt = without_block_ids("".join(m.content or "" for m in grade_messages("{question}", "{passage}")))
         model = f"{self._caller.model_id('grader')}|p-yes|{_digest(prompt)[:12]}|{view}"
         qhash = _digest(question.strip())
         grades: dict[str, Grade] = {}

@@ -19,6 +19,7 @@ from enterprise_rag import EnterpriseRAG
 from enterprise_rag.answer.checks.grading import Grade, Grader, label
 from enterprise_rag.config import FITTED_GRADE_THRESHOLDS, WorkflowSettings, load_settings
 from enterprise_rag.errors import LLMError
+from enterprise_rag.llm import untrusted
 from enterprise_rag.llm.caller import LLMCaller, top_logprobs_of, yes_share
 from enterprise_rag.retrieval.windows import focus, paragraphs
 from enterprise_rag.testing import ScriptedLLM, TokenProbabilities, yes_probability
@@ -223,6 +224,16 @@ def test_cached_probabilities_are_labelled_with_the_current_thresholds(rag: Ente
     second, llm = grader_with(rag, yes_probability(0.99), thresholds=(0.2, 0.6))
     (grade,) = second.grade(QUESTION, nodes)
     assert (grade.grade, grade.method, grade.confidence) == ("partial", "cache", 0.5) and llm.calls == []
+
+
+def test_the_cache_outlives_the_process_key_of_the_data_block_ids(rag: EnterpriseRAG, monkeypatch: Any) -> None:
+    """The grade prompt's block id changes with each process's random key; the cache key must not."""
+    nodes = nodes_of({"a": "Receipts over $25 are itemised."})
+    first, _ = grader_with(rag, yes_probability(0.9))
+    first.grade(QUESTION, nodes)
+    monkeypatch.setattr(untrusted, "_KEY", b"another process")
+    second, llm = grader_with(rag, yes_probability(0.1))
+    assert second.grade(QUESTION, nodes)[0].method == "cache" and llm.calls == []
 
 
 # ---- fail-open -----------------------------------------------------------------------------------------------
