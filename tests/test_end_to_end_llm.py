@@ -14,6 +14,7 @@ import pytest
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
+from enterprise_rag.llm import prompts
 from tests.conftest import SCENARIOS
 from tests.support.databases import create_db
 from tests.support.scenario_matching import contains, is_not_found
@@ -42,6 +43,13 @@ def test_grounded_answer_is_cited_and_checked(local_rag: EnterpriseRAG) -> None:
     assert res.pipeline["llm_calls"] >= 3 and res.evaluation["support"]["label"] != "unknown"
     trace = local_rag.trace(res.trace_id, DANA)
     assert trace is not None and {s["step"] for s in trace["steps"]} >= {"retrieve", "grade", "generate", "check"}
+    # The check starts with generation's prefix (rules and sources): the server's own counter says it read
+    # that prefix from its prompt cache instead of evaluating it again.
+    calls = {c["name"]: c for c in trace["llm_calls"]}
+    generate, check = calls["generate"], calls["check"]
+    prefix = len(prompts.answer_system([]).content or "") // 8  # a lower bound in tokens, without the sources
+    assert check["cached_tokens"] >= prefix and check["cached_tokens"] >= 0.5 * generate["prompt_tokens"], calls
+    assert res.pipeline["cached_tokens"] >= check["cached_tokens"]
 
 
 def test_out_of_corpus_question_is_not_answered(local_rag: EnterpriseRAG) -> None:

@@ -105,6 +105,7 @@ class Outcome:
                 "llm_calls": stats.calls,
                 "llm_calls_replayed": stats.replayed,
                 "prompt_tokens": stats.prompt_tokens,
+                "cached_tokens": stats.cached_tokens,
                 "completion_tokens": stats.completion_tokens,
                 "latency_ms": 0,
             },

@@ -113,7 +113,8 @@ def trace_command(
         table.add_row(s["step"], f"{s['ms']:.0f}", summary)
     out.print(table)
     calls = trace["llm_calls"]
-    out.print(f"{len(calls)} LLM calls, {sum(c['prompt_tokens'] for c in calls)} prompt tokens, "
+    out.print(f"{len(calls)} LLM calls, {sum(c['prompt_tokens'] for c in calls)} prompt tokens "
+              f"({sum(c['cached_tokens'] for c in calls)} read from the prompt cache), "
               f"{sum(c['completion_tokens'] for c in calls)} completion tokens")  # fmt: skip
 
 

@@ -35,23 +35,26 @@ class CallStats:
     replayed: int = 0
     failures: int = 0
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt tokens, those the server reused from its prompt cache
     completion_tokens: int = 0
     by_name: dict[str, int] = field(default_factory=dict)
-
-
-def _usage(raw: Any) -> tuple[int, int]:
-    """Token counts from a local (dict) or OpenAI (object) raw response."""
-    usage = raw.get("usage") if isinstance(raw, dict) else getattr(raw, "usage", None)
-    if usage is None:
-        return 0, 0
-    if isinstance(usage, dict):
-        return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
 
 
 def _field(obj: Any, name: str) -> Any:
     """``obj[name]`` of a dict (the local engine's response), ``obj.name`` of an object (the OpenAI SDK's)."""
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _usage(raw: Any) -> tuple[int, int, int]:
+    """(prompt, cached, completion) token counts of a local (dict) or OpenAI (object) raw response; cached:
+    the prompt tokens the server reused from its prompt cache (``usage.prompt_tokens_details.cached_tokens``,
+    which llama.cpp fills from its slot cache and OpenAI from its own)."""
+    usage = _field(raw, "usage") if raw is not None else None
+    if usage is None:
+        return 0, 0, 0
+    details = _field(usage, "prompt_tokens_details")
+    cached = _field(details, "cached_tokens") if details is not None else None
+    return int(_field(usage, "prompt_tokens") or 0), int(cached or 0), int(_field(usage, "completion_tokens") or 0)
 
 
 def top_logprobs_of(raw: Any) -> list[tuple[str, float]] | None:
@@ -227,14 +230,16 @@ class LLMCaller:
                 logger.warning("LLM call %s attempt %d failed: %s", name, attempt + 1, exc)
                 continue
             ms = (time.perf_counter() - t0) * 1000
-            prompt_tokens, completion_tokens = _usage(response.raw)
+            prompt_tokens, cached_tokens, completion_tokens = _usage(response.raw)
             self.stats.calls += 1
             self.stats.prompt_tokens += prompt_tokens
+            self.stats.cached_tokens += cached_tokens
             self.stats.completion_tokens += completion_tokens
             if self._recorder:
                 self._recorder.call({
                     "key": key, "name": name, "role": role, "model": llm.metadata.model_name, "messages": payload,
-                    "response": text, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "ms": ms,
+                    "response": text, "prompt_tokens": prompt_tokens, "cached_tokens": cached_tokens,
+                    "completion_tokens": completion_tokens, "ms": ms,
                 })  # fmt: skip
             return value
         raise LLMError(f"LLM call '{name}' failed after {self._max_retries + 1} attempts: {last}") from last

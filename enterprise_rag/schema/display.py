@@ -241,7 +241,7 @@ def trace_html(trace: Mapping[str, Any]) -> str:
         parts.append(_heading("LLM calls"))
         parts.append(
             table(
-                ["#", "name", "role", "model", "prompt tokens", "completion tokens", "ms"],
+                ["#", "name", "role", "model", "prompt tokens", "of them cached", "completion tokens", "ms"],
                 [
                     (
                         c.get("seq"),
@@ -249,6 +249,7 @@ def trace_html(trace: Mapping[str, Any]) -> str:
                         c.get("role"),
                         c.get("model"),
                         c.get("prompt_tokens"),
+                        c.get("cached_tokens"),
                         c.get("completion_tokens"),
                         f"{float(c.get('ms') or 0):.0f}",
                     )

@@ -86,10 +86,10 @@ class TraceStore:
         with self._db.connection() as conn:
             conn.execute(
                 "INSERT INTO rag_llm_calls (trace_id, call_key, seq, name, role, model, messages, response,"
-                " prompt_tokens, completion_tokens, ms) VALUES (%(trace_id)s, %(key)s, %(seq)s, %(name)s,"
-                " %(role)s, %(model)s, %(messages)s, %(response)s, %(prompt_tokens)s, %(completion_tokens)s,"
-                " %(ms)s) ON CONFLICT (trace_id, call_key) DO NOTHING",
-                {**call, "trace_id": trace_id, "messages": _json(call["messages"])},
+                " prompt_tokens, cached_tokens, completion_tokens, ms) VALUES (%(trace_id)s, %(key)s, %(seq)s,"
+                " %(name)s, %(role)s, %(model)s, %(messages)s, %(response)s, %(prompt_tokens)s, %(cached_tokens)s,"
+                " %(completion_tokens)s, %(ms)s) ON CONFLICT (trace_id, call_key) DO NOTHING",
+                {"cached_tokens": 0, **call, "trace_id": trace_id, "messages": _json(call["messages"])},
             )
 
     def recorded_calls(self, trace_id: str) -> dict[str, dict[str, Any]]:
@@ -137,15 +137,16 @@ class TraceStore:
                 "SELECT seq, step, data, ms FROM rag_trace_steps WHERE trace_id = %s ORDER BY seq", (trace_id,)
             ).fetchall()
             calls = conn.execute(
-                "SELECT seq, name, role, model, messages, response, prompt_tokens, completion_tokens, ms"
-                " FROM rag_llm_calls WHERE trace_id = %s ORDER BY seq",
+                "SELECT seq, name, role, model, messages, response, prompt_tokens, cached_tokens, completion_tokens,"
+                " ms FROM rag_llm_calls WHERE trace_id = %s ORDER BY seq",
                 (trace_id,),
             ).fetchall()
         keys = ("trace_id", "user_id", "groups", "question", "history", "status", "result", "error", "created_at",
                 "finished_at")  # fmt: skip
         trace = dict(zip(keys, row[:-1], strict=True))
         trace["steps"] = [{"seq": s[0], "step": s[1], "data": s[2], "ms": s[3]} for s in steps]
-        call_keys = ("seq", "name", "role", "model", "messages", "response", "prompt_tokens", "completion_tokens", "ms")
+        call_keys = ("seq", "name", "role", "model", "messages", "response", "prompt_tokens", "cached_tokens",
+                     "completion_tokens", "ms")  # fmt: skip
         trace["llm_calls"] = [dict(zip(call_keys, c, strict=True)) for c in calls]
         unreadable = None if used is None else set(used) - readable
         return trace if unreadable == set() else redact(trace, unreadable)

@@ -251,6 +251,21 @@ def test_openai_yes_probability_asks_for_logprobs_and_reads_them_from_the_sdk_re
     assert (caller.stats.calls, caller.stats.prompt_tokens, caller.stats.completion_tokens) == (1, 30, 1)
 
 
+def test_the_prompt_tokens_the_server_read_from_its_cache_are_counted(tmp_path: Path) -> None:
+    """OpenAI (and llama.cpp's server) report them as usage.prompt_tokens_details.cached_tokens."""
+    providers = _chat_providers(tmp_path)
+    caller = LLMCaller({"generator": providers.generator}, None, timeout_s=10, max_retries=0)
+    body = completion("An answer.", 1200, 3)
+    body["usage"]["prompt_tokens_details"] = {"cached_tokens": 1024, "audio_tokens": 0}
+    with respx.mock(assert_all_called=True, assert_all_mocked=True) as router:
+        router.post(f"{OPENAI}/chat/completions").mock(
+            side_effect=[httpx.Response(200, json=body), httpx.Response(200, json=completion("Again.", 40, 2))]
+        )
+        for _ in range(2):
+            caller.call("generator", "generate", [ChatMessage(role="user", content="q")], max_tokens=16)
+    assert (caller.stats.prompt_tokens, caller.stats.cached_tokens, caller.stats.completion_tokens) == (1240, 1024, 5)
+
+
 def test_openai_yes_probability_without_yes_or_no_or_without_logprobs_is_none(tmp_path: Path) -> None:
     providers = _chat_providers(tmp_path)
     caller = LLMCaller({"grader": providers.generator}, None, timeout_s=10, max_retries=0)
