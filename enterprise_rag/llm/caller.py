@@ -22,6 +22,7 @@ from typing import Any
 from llama_index.core.llms import LLM, ChatMessage
 
 from enterprise_rag.errors import LLMError, LLMUnavailableError
+from enterprise_rag.llm.untrusted import without_block_ids
 from enterprise_rag.store.traces import TraceRecorder
 
 logger = logging.getLogger(__name__)
@@ -194,11 +195,13 @@ class LLMCaller:
         """One call with timeout, bounded retries and backoff, token accounting and trace record / replay.
 
         ``read`` turns a response into (the text the trace records, the value returned); ``replay`` turns a
-        recorded text back into that value. ``key_parts`` (with role, name and messages) key the recording.
+        recorded text back into that value. ``key_parts`` (with role, name and messages) key the recording; the
+        messages without their data block ids, which change with the process (a resumed run is another one).
         """
         llm = self._llms[role]
         payload = [{"role": m.role.value, "content": m.content or ""} for m in messages]
-        key = hashlib.sha256(json.dumps([role, name, payload, *key_parts], sort_keys=True).encode()).hexdigest()
+        keyed = [{**m, "content": without_block_ids(m["content"])} for m in payload]
+        key = hashlib.sha256(json.dumps([role, name, keyed, *key_parts], sort_keys=True).encode()).hexdigest()
         self.stats.by_name[name] = self.stats.by_name.get(name, 0) + 1
         recorded = self._recorder.replayed(key) if self._recorder else None
         if recorded is not None:
