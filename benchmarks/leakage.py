@@ -124,8 +124,14 @@ def main() -> None:
             tally.add("query: answer, citations, prompts", result.leaked, time.perf_counter() - t1)
             t1 = time.perf_counter()
             leaked = harness.check_trace(corpus, p, result.trace_id, other)
-            leaked += int(corpus.rag.trace(result.trace_id, p) is None)  # the owner must still read it
-            tally.add("traces: other users", leaked, time.perf_counter() - t1)
+            unreadable = corpus.rag.trace(result.trace_id, p) is None  # the owner must still read it
+            if leaked or unreadable:  # say which, for whom: a count alone cannot be debugged
+                print(
+                    f"  trace probe failed: other read={leaked} owner cannot read={unreadable} owner={p!r} "
+                    f"other={other!r} question={q[:80]!r} trace_id={result.trace_id!r}",
+                    flush=True,
+                )
+            tally.add("traces: other users", leaked + unreadable, time.perf_counter() - t1)
 
         strategy = st.tuples(harness.principals(corpus), harness.questions(corpus), harness.principals(corpus))
         run_generated(args.query_probes, strategy, query_probe)
