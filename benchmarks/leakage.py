@@ -124,7 +124,8 @@ def main() -> None:
             tally.add("query: answer, citations, prompts", result.leaked, time.perf_counter() - t1)
             t1 = time.perf_counter()
             leaked = harness.check_trace(corpus, p, result.trace_id, other)
-            unreadable = corpus.rag.trace(result.trace_id, p) is None  # the owner must still read it
+            # The owner must still read it; a refused query (a user id that cannot own a trace) has none.
+            unreadable = bool(result.trace_id) and corpus.rag.trace(result.trace_id, p) is None
             if leaked or unreadable:  # say which, for whom: a count alone cannot be debugged
                 print(
                     f"  trace probe failed: other read={leaked} owner cannot read={unreadable} owner={p!r} "
