@@ -13,7 +13,12 @@ negative fact, false premise, unanswerable, permission, injection, paraphrase):
   sources they cite, over all cited sentences; and number precision: the numbers of cited sentences
   found in their cited sources.
 
-Then LLM calls and tokens per query by path (proceed / fallback / revised) and seconds per query p50/p95.
+Then LLM calls and tokens per query by path (proceed / fallback / revised), and latency against a floor
+measured in the same run: after each question, one plain chat call of the same local model with the
+question's final generation prompt (the last generate / revise call of its trace, behind a fresh first
+line so nothing of it is cached), made to produce as many tokens as that answer had. Printed: seconds per
+question p50/p95, the floor's p50/p95, the median of per-question latency / floor, and prompt tokens
+evaluated vs reused from the server's prompt cache (its own counters, from the trace).
 ``--comparisons`` adds the saving of the shared prompt prefix (generation -> check) against a cold KV cache
 (grading is measured by benchmarks/grading.py).
 
@@ -68,6 +73,19 @@ def timed_chat(llm: Any, messages: list[ChatMessage], **kwargs: Any) -> tuple[fl
     response = llm.chat(messages, **kwargs)
     raw = response.raw if isinstance(response.raw, dict) else {}
     return time.perf_counter() - t0, raw
+
+
+def floor_seconds(rag: EnterpriseRAG, trace: dict[str, Any]) -> float | None:
+    """One cold plain chat call of the final generation prompt of ``trace``, as long as its answer."""
+    final = [c for c in trace["llm_calls"] if c["name"] in ("generate", "revise")]
+    if not final:
+        return None  # answered without generating (not found before generation, small talk)
+    llm = rag.providers.generator
+    messages = [ChatMessage(role=m["role"], content=m["content"]) for m in final[-1]["messages"]]
+    messages[0] = ChatMessage(role=messages[0].role, content=f"{uuid.uuid4()}\n{messages[0].content}")
+    t0 = time.perf_counter()  # ignore_eos: the same answer length, whatever the model writes after the nonce
+    llm.chat(messages, max_tokens=max(1, final[-1]["completion_tokens"]), ignore_eos=True)
+    return time.perf_counter() - t0
 
 
 def prefix_comparison(rag: EnterpriseRAG, cases: list[dict[str, Any]]) -> None:
@@ -192,6 +210,7 @@ def main() -> None:
         rag.providers.generator.complete("Say OK.", max_tokens=2)  # load the model before timing
         by_path: dict[str, list[dict[str, Any]]] = defaultdict(list)
         seconds: list[float] = []
+        floors: list[tuple[float, float]] = []  # (latency, floor) of the questions that generated
         rows: list[dict[str, Any]] = []
         print(f"suite {args.suite} ({suite.get('suite', '')}): {len(cases)} answer cases", flush=True)
         for case in cases:
@@ -200,6 +219,9 @@ def main() -> None:
             res = rag.query(case["question"], user=user, history=case.get("history") or None)
             seconds.append(time.perf_counter() - t0)
             p = res.pipeline
+            floor = floor_seconds(rag, rag.trace(res.trace_id, user) or {"llm_calls": []})
+            if floor is not None:
+                floors.append((seconds[-1], floor))
             by_path[path_of(p)].append(p)
             failures = answer_failures(case, res.answer, p, [c.source for c in res.citations])
             expects_not_found = bool(case["expect"].get("not_found"))
@@ -213,7 +235,8 @@ def main() -> None:
             })  # fmt: skip
             print(f"  {case['id']:44} {'ok  ' if not failures else 'FAIL'} {rows[-1]['type']:14} {path_of(p):9} "
                   f"{p['decision']:8} calls {p['llm_calls']:2}  tokens {p['prompt_tokens']:5}+"
-                  f"{p['completion_tokens']:4}  {seconds[-1]:6.1f} s", flush=True)  # fmt: skip
+                  f"{p['completion_tokens']:4} reused {p['cached_tokens']:5}  {seconds[-1]:6.1f} s"
+                  f"{f'  floor {floor:5.1f} s' if floor is not None else ''}", flush=True)  # fmt: skip
         if rows:
             passed = sum(r["ok"] for r in rows)
             print(f"\nanswer expectations met: {passed}/{len(rows)} ({passed / len(rows):.0%})")
@@ -221,17 +244,25 @@ def main() -> None:
                 if not r["ok"]:
                     print(f"  FAIL {r['id']}: {r['failures']}\n       answer: {r['answer'][:300]!r}")
             type_table(rows)
-            print(
-                f"\n{'path':10} {'queries':>8} {'LLM calls':>10} {'prompt tok':>11} {'compl tok':>10} (means per query)"
-            )
+            print(f"\n{'path':10} {'queries':>8} {'LLM calls':>10} {'prompt tok':>11} {'evaluated':>10} "
+                  f"{'reused':>7} {'compl tok':>10} (means per query)")  # fmt: skip
             for path, items in sorted(by_path.items()):
                 print(f"{path:10} {len(items):8} {statistics.mean(r['llm_calls'] for r in items):10.1f} "
                       f"{statistics.mean(r['prompt_tokens'] for r in items):11.0f} "
+                      f"{statistics.mean(r['prompt_tokens'] - r['cached_tokens'] for r in items):10.0f} "
+                      f"{statistics.mean(r['cached_tokens'] for r in items):7.0f} "
                       f"{statistics.mean(r['completion_tokens'] for r in items):10.0f}")  # fmt: skip
             print(
                 f"seconds per query: p50 {statistics.median(seconds):.1f}  p95 {pct(seconds, 0.95):.1f}  "
                 f"({len(seconds)} queries, local model, {len(os.sched_getaffinity(0))} cores)"
             )
+            if floors:
+                latency, cold = [x[0] for x in floors], [x[1] for x in floors]
+                ratio_p50 = statistics.median(latency) / statistics.median(cold)
+                print(f"floor (one plain call of the final generation prompt, same answer length): p50 "
+                      f"{statistics.median(cold):.1f}  p95 {pct(cold, 0.95):.1f} s; questions that generated: "
+                      f"latency p50 {statistics.median(latency):.1f} s = {ratio_p50:.2f}x the floor's p50, "
+                      f"median per-question ratio {statistics.median(a / b for a, b in floors):.2f}x")  # fmt: skip
         if args.comparisons:
             sample = [c for c in cases if c["kind"] == "both"][: args.sample]
             prefix_comparison(rag, sample)

@@ -83,7 +83,8 @@ class LocalLlamaLLM(CustomLLM):
     ``chat(messages, response_format={...})`` passes an OpenAI-style
     ``response_format`` through, and ``logprobs=True, top_logprobs=n`` ask for
     the alternatives of each generated token (in ``response.raw["choices"][0]["logprobs"]``);
-    token usage is in ``response.raw["usage"]``.
+    ``ignore_eos=True`` generates ``max_tokens`` tokens whatever the model would end on; token usage
+    is in ``response.raw["usage"]``.
     """
 
     model_path: Path = Field(description="GGUF file.")
@@ -117,6 +118,8 @@ class LocalLlamaLLM(CustomLLM):
         }
         if kwargs.get("response_format") is not None:
             request["response_format"] = kwargs["response_format"]
+        if kwargs.get("ignore_eos"):  # exactly max_tokens tokens: benchmarks time a fixed answer length
+            request["ignore_eos"] = True
         if kwargs.get("logprobs"):  # OpenAI-style: choices[0].logprobs.content[i].top_logprobs in the result
             request["logprobs"] = True
             request["top_logprobs"] = int(kwargs.get("top_logprobs") or 1)

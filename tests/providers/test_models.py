@@ -295,3 +295,8 @@ def test_local_llm_answers_with_schema_constrained_json_offline(llm_data_dir: Pa
     assert response.raw is not None
     usage = response.raw["usage"]
     assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+
+    # ignore_eos writes exactly max_tokens tokens (the answer benchmark's floor times a fixed length)
+    short = [ChatMessage(role=MessageRole.USER, content="Say OK.")]
+    assert grader.chat(short, max_tokens=12, ignore_eos=True).raw["usage"]["completion_tokens"] == 12
+    assert grader.chat(short, max_tokens=12).raw["usage"]["completion_tokens"] < 12
