@@ -20,7 +20,9 @@ line so nothing of it is cached), made to produce as many tokens as that answer 
 question p50/p95, the floor's p50/p95, the median of per-question latency / floor, and prompt tokens
 evaluated vs reused from the server's prompt cache (its own counters, from the trace).
 ``--comparisons`` adds the saving of the shared prompt prefix (generation -> check) against a cold KV cache
-(grading is measured by benchmarks/grading.py).
+(grading is measured by benchmarks/grading.py). ``--speculative`` replays every question's final generation
+prompt on fresh engines of the same model without and with llama.cpp's n-gram (prompt lookup)
+speculative decoding, at temperature 0: tokens/s (median) and how many answers come out identical.
 
     .venv/bin/python benchmarks/answer.py [--suite ../shared/scenarios-dev] [--limit N] [--cases id1,id2]
 """
@@ -86,6 +88,50 @@ def floor_seconds(rag: EnterpriseRAG, trace: dict[str, Any]) -> float | None:
     t0 = time.perf_counter()  # ignore_eos: the same answer length, whatever the model writes after the nonce
     llm.chat(messages, max_tokens=max(1, final[-1]["completion_tokens"]), ignore_eos=True)
     return time.perf_counter() - t0
+
+
+SPECULATION = {  # name -> (type, n-gram size, draft length); None: llama.cpp's defaults
+    "none": None,
+    "ngram-simple (llama.cpp defaults)": ("NGRAM_SIMPLE", None, None),
+    "ngram-simple n=3, draft 16": ("NGRAM_SIMPLE", 3, 16),
+    "ngram-map-k n=3, draft 16": ("NGRAM_MAP_K", 3, 16),
+}
+
+
+def speculative_comparison(model: Path, prompts: list[list[dict[str, str]]], max_tokens: int) -> None:
+    """Decode speed and identical output of each speculation mode on the same prompts, one engine each."""
+    import xllamacpp
+
+    outputs: dict[str, list[str]] = {}
+    for name, mode in SPECULATION.items():
+        params = xllamacpp.CommonParams()
+        params.model.path, params.n_ctx, params.n_parallel = str(model), 8192, 1
+        params.cache_prompt, params.verbosity, params.warmup = True, -1, False
+        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = len(os.sched_getaffinity(0))
+        if mode is not None:
+            kind, n, m = mode
+            params.speculative.types = [getattr(xllamacpp.common_speculative_type, f"COMMON_SPECULATIVE_TYPE_{kind}")]
+            for table in (params.speculative.ngram_simple, params.speculative.ngram_map_k):
+                if n is not None:
+                    table.size_n, table.size_m = n, m
+        server = xllamacpp.Server(params)
+        speeds, drafted, accepted, texts = [], 0, 0, []
+        for messages in prompts:
+            r = server.handle_chat_completions({"messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
+                                                "seed": 0})  # fmt: skip
+            timings = r.get("timings", {})
+            speeds.append(float(timings.get("predicted_per_second", 0.0)))
+            drafted += int(timings.get("draft_n", 0) or 0)
+            accepted += int(timings.get("draft_n_accepted", 0) or 0)
+            texts.append(r["choices"][0]["message"]["content"])
+        outputs[name] = texts
+        same = sum(a == b for a, b in zip(texts, outputs["none"], strict=True))
+        print(
+            f"  {name:36} decode {statistics.median(speeds):5.1f} tokens/s (median of {len(prompts)}), drafted "
+            f"{drafted}, accepted {accepted}; identical to no speculation: {same}/{len(prompts)}",
+            flush=True,
+        )
+        del server
 
 
 def prefix_comparison(rag: EnterpriseRAG, cases: list[dict[str, Any]]) -> None:
@@ -191,6 +237,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=None, help="settings file (default: the built-in defaults)")
     parser.add_argument("--comparisons", action="store_true", help="also time prefix reuse")
     parser.add_argument("--sample", type=int, default=4, help="questions for the prefix comparison")
+    parser.add_argument("--speculative", action="store_true", help="also compare n-gram speculative decoding")
     args = parser.parse_args()
     suite_text = (args.suite / "scenarios.yaml").read_text()
     suite, types = yaml.safe_load(suite_text), failure_types(suite_text)
@@ -211,6 +258,7 @@ def main() -> None:
         by_path: dict[str, list[dict[str, Any]]] = defaultdict(list)
         seconds: list[float] = []
         floors: list[tuple[float, float]] = []  # (latency, floor) of the questions that generated
+        final_prompts: list[list[dict[str, str]]] = []
         rows: list[dict[str, Any]] = []
         print(f"suite {args.suite} ({suite.get('suite', '')}): {len(cases)} answer cases", flush=True)
         for case in cases:
@@ -219,7 +267,9 @@ def main() -> None:
             res = rag.query(case["question"], user=user, history=case.get("history") or None)
             seconds.append(time.perf_counter() - t0)
             p = res.pipeline
-            floor = floor_seconds(rag, rag.trace(res.trace_id, user) or {"llm_calls": []})
+            trace: dict[str, Any] = rag.trace(res.trace_id, user) or {"llm_calls": []}
+            floor = floor_seconds(rag, trace)
+            final_prompts += [c["messages"] for c in trace["llm_calls"] if c["name"] in ("generate", "revise")][-1:]
             if floor is not None:
                 floors.append((seconds[-1], floor))
             by_path[path_of(p)].append(p)
@@ -266,6 +316,10 @@ def main() -> None:
         if args.comparisons:
             sample = [c for c in cases if c["kind"] == "both"][: args.sample]
             prefix_comparison(rag, sample)
+        if args.speculative and final_prompts:
+            print("\nn-gram speculative decoding on the final generation prompts (temperature 0):")
+            speculative_comparison(rag.providers.generator.model_path, final_prompts,  # type: ignore[attr-defined]
+                                   settings.workflow.answer_max_tokens)  # fmt: skip
         rag.close()
     finally:
         stop_embedded(server_dir)

@@ -204,14 +204,15 @@ class EnterpriseRAG:
         return run_sync(self.aquery(question, user, history, trace_id))
 
     def stream_query(self, question: str, user: Principal, history: History | None = None) -> Iterator[StreamEvent]:
-        """Stream a query: one ``step`` event per workflow step as it finishes, then the answer text
-        sentence by sentence, then the full ``result``.
+        """Stream a query: ``started`` and ``step`` events as each workflow step begins and finishes (with
+        its ``seconds``), ``draft`` pieces as the generator writes, then the checked answer sentence by
+        sentence (``answer``), then the full ``result``.
 
-        The answer is released only after the citation and support checks, so
-        nothing that a check would retract is ever shown.
+        A draft is unchecked (a check may still cut a sentence or send it back for revision, and a
+        revision starts a new draft); only the ``answer`` events passed the citation and support checks.
 
         >>> for event in rag.stream_query("How long is the refund window?", user=dana):  # doctest: +SKIP
-        ...     print(event.name if event.kind == "step" else event.text if event.kind == "answer" else event.data)
+        ...     print(event.kind, event.name or event.text, f"{event.seconds:.1f} s" if event.kind == "step" else "")
         """
         principal = require_principal(user)
         return iterate_sync(self._answer_runner().stream(question, principal, history))

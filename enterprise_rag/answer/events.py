@@ -81,8 +81,21 @@ class CitationsChecked(Event):
     draft: Draft
 
 
+class StepStarted(Event):
+    """Streamed progress: a step has begun."""
+
+    name: str
+
+
 class StepFinished(Event):
-    """Streamed progress: a step and what it wrote into the trace."""
+    """Streamed progress: a step, what it wrote into the trace, and how long it took."""
 
     name: str
     data: dict[str, Any]
+    seconds: float = 0.0
+
+
+class Drafting(Event):
+    """Streamed progress: the next piece of a draft answer as the generator writes it (unchecked)."""
+
+    text: str

@@ -14,7 +14,7 @@ from workflows.events import Event
 from workflows.handler import WorkflowHandler
 
 from enterprise_rag.answer.checks.citations import split_sentences
-from enterprise_rag.answer.events import Ask, StepFinished
+from enterprise_rag.answer.events import Ask, Drafting, StepFinished, StepStarted
 from enterprise_rag.answer.streaming import StreamEvent
 from enterprise_rag.answer.workflow import AnswerWorkflow
 from enterprise_rag.config import WorkflowSettings
@@ -58,15 +58,20 @@ class AnswerRunner:
     async def stream(
         self, question: str, principal: Principal, history: History | None = None
     ) -> AsyncGenerator[StreamEvent, None]:
-        """A ``step`` event per step as it finishes (from the workflow's event stream), then the checked
-        answer sentence by sentence, then the ``result``. Leaving the stream early cancels the run."""
+        """``started`` and ``step`` events as each step begins and finishes, ``draft`` pieces as the generator
+        writes (from the workflow's event stream), then the checked answer sentence by sentence, then the
+        ``result``. Leaving the stream early cancels the run."""
         handler, trace_id, t0 = self._start(question, principal, history, None)
         ended = asyncio.ensure_future(handler)
         try:
             async with contextlib.aclosing(_until_ended(handler.stream_events(), ended)) as events:
                 async for event in events:
-                    if isinstance(event, StepFinished):
-                        yield StreamEvent("step", name=event.name, data=event.data)
+                    if isinstance(event, StepStarted):
+                        yield StreamEvent("started", name=event.name)
+                    elif isinstance(event, StepFinished):
+                        yield StreamEvent("step", name=event.name, data=event.data, seconds=event.seconds)
+                    elif isinstance(event, Drafting):
+                        yield StreamEvent("draft", text=event.text)
             result: QueryResult = await ended
         except BaseException as exc:
             if not ended.done():

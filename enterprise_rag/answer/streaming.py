@@ -13,12 +13,18 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class StreamEvent:
-    """``step`` (name + trace data), ``answer`` (a piece of the checked answer) or ``result`` (the QueryResult)."""
+    """One event of a streamed query.
 
-    kind: Literal["step", "answer", "result"]
+    ``started`` (a step's name, as it begins), ``step`` (a finished step: its name, trace data and
+    ``seconds``), ``draft`` (the next piece of a draft as the generator writes it: unchecked, and a revision
+    starts a new one), ``answer`` (a piece of the checked answer) or ``result`` (the QueryResult).
+    """
+
+    kind: Literal["started", "step", "draft", "answer", "result"]
     name: str = ""
     text: str = ""
     data: Any = field(default=None)
+    seconds: float = 0.0
 
 
 def iterate_sync(stream: AsyncGenerator[T, None]) -> Iterator[T]:

@@ -48,6 +48,7 @@ from enterprise_rag.answer.events import (
     Ask,
     CitationsChecked,
     Drafted,
+    Drafting,
     Generate,
     Graded,
     Refine,
@@ -55,6 +56,7 @@ from enterprise_rag.answer.events import (
     Retrieved,
     Rewrite,
     StepFinished,
+    StepStarted,
     WebFallback,
 )
 from enterprise_rag.answer.outcome import Outcome
@@ -93,10 +95,17 @@ EgressCheck = Callable[[Principal], bool]
 """Whether a principal's question may go to the web source."""
 
 
+def _begin(ctx: Context[RunState], name: str) -> float:
+    """Announce a step on the run's event stream; returns its start time."""
+    ctx.write_event_to_stream(StepStarted(name=name))
+    return time.perf_counter()
+
+
 def _record(ctx: Context[RunState], s: RunState, name: str, t0: float, **data: Any) -> None:
     """Write a step into the run's trace, then onto its event stream."""
-    s.run.recorder.step(name, data, (time.perf_counter() - t0) * 1000)
-    ctx.write_event_to_stream(StepFinished(name=name, data=data))
+    seconds = time.perf_counter() - t0
+    s.run.recorder.step(name, data, seconds * 1000)
+    ctx.write_event_to_stream(StepFinished(name=name, data=data, seconds=seconds))
 
 
 def _standalone_chat(caller: LLMCaller) -> Chat:
@@ -143,7 +152,7 @@ class AnswerWorkflow(Workflow):
     # -- 1. standalone rewrite and retrieval necessity
     @step
     async def prepare(self, ctx: Context[RunState], ev: Ask) -> Retrieve | StopEvent:
-        t0 = time.perf_counter()
+        t0 = _begin(ctx, "prepare")
         async with ctx.store.edit_state() as s:
             s.ask = ev
             if _SMALLTALK.match(ev.question) and not ev.history:
@@ -158,7 +167,7 @@ class AnswerWorkflow(Workflow):
     # -- 2-4. hybrid retrieval, parent merging, rerank (inside the retriever)
     @step
     async def retrieve(self, ctx: Context[RunState], ev: Retrieve) -> Retrieved:
-        t0 = time.perf_counter()
+        t0 = _begin(ctx, "retrieve")
         async with ctx.store.edit_state() as s:
             s.queries.append(ev.query)
             result = await asyncio.to_thread(self._retrieve, s.run.principal, ev.query, self._cfg.top_k)
@@ -176,7 +185,7 @@ class AnswerWorkflow(Workflow):
     # -- 5. relevance grading (batched, floored, cached, fail-open)
     @step
     async def grade(self, ctx: Context[RunState], ev: Retrieved) -> Graded:
-        t0 = time.perf_counter()
+        t0 = _begin(ctx, "grade")
         async with ctx.store.edit_state() as s:
             if ev.passages:
                 grader = self._grader(s.run.caller)
@@ -204,7 +213,7 @@ class AnswerWorkflow(Workflow):
 
     @step
     async def rewrite(self, ctx: Context[RunState], ev: Rewrite) -> Retrieve:
-        t0 = time.perf_counter()
+        t0 = _begin(ctx, "rewrite")
         async with ctx.store.edit_state() as s:
             s.rewrites += 1
             try:
@@ -219,7 +228,7 @@ class AnswerWorkflow(Workflow):
     # -- 7. guarded web fallback (egress policy checked again here)
     @step
     async def web(self, ctx: Context[RunState], ev: WebFallback) -> Refine | StopEvent:
-        t0 = time.perf_counter()
+        t0 = _begin(ctx, "web")
         cfg = self._cfg
         async with ctx.store.edit_state() as s:
             if not self._egress_allows(s.run.principal):
@@ -255,7 +264,7 @@ class AnswerWorkflow(Workflow):
     # -- 8. context refinement
     @step
     async def refine(self, ctx: Context[RunState], ev: Refine) -> Generate | Rewrite | WebFallback | StopEvent:
-        t0 = time.perf_counter()
+        t0 = _begin(ctx, "refine")
         async with ctx.store.edit_state() as s:
             kept = self._kept_nodes(s)
             sources = relabel(corpus_sources(kept) + ev.web)
@@ -276,14 +285,20 @@ class AnswerWorkflow(Workflow):
     # -- 9. generation (and revisions, which share the same prefix)
     @step
     async def generate(self, ctx: Context[RunState], ev: Generate) -> Drafted:
-        t0 = time.perf_counter()
+        t0 = _begin(ctx, "generate")
         async with ctx.store.edit_state() as s:
             if ev.feedback and ev.draft is not None:
                 name = "revise"
                 messages = prompts.revise_messages(ev.sources, ev.question, ev.draft.render(), ev.feedback)
             else:
                 name, messages = "generate", prompts.generate_messages(ev.sources, ev.question)
-            reply = await s.run.caller.acall("generator", name, messages, max_tokens=self._cfg.answer_max_tokens)
+            loop = asyncio.get_running_loop()
+
+            def drafted(text: str) -> None:  # from the caller's thread: hand it to the loop
+                loop.call_soon_threadsafe(ctx.write_event_to_stream, Drafting(text=text))
+
+            reply = await s.run.caller.acall("generator", name, messages, max_tokens=self._cfg.answer_max_tokens,
+                                             on_text=drafted)  # fmt: skip
             s.draft = Draft.from_reply(str(reply))
             s.answer = s.draft.render()
             _record(ctx, s, "generate", t0, revision=bool(ev.feedback), feedback=ev.feedback,
@@ -295,7 +310,7 @@ class AnswerWorkflow(Workflow):
     async def citations(
         self, ctx: Context[RunState], ev: Drafted
     ) -> Generate | CitationsChecked | Rewrite | WebFallback | StopEvent:
-        t0 = time.perf_counter()
+        t0 = _begin(ctx, "citations")
         async with ctx.store.edit_state() as s:
             before, s.kept_before = s.kept_before, None  # what passed before a citation revision, if any
             if ev.draft.not_found:
@@ -353,7 +368,7 @@ class AnswerWorkflow(Workflow):
     # -- 11-12. support (one verdict per sentence) and usefulness, one grader call sharing the generation prefix
     @step
     async def check(self, ctx: Context[RunState], ev: CitationsChecked) -> Generate | Rewrite | WebFallback | StopEvent:
-        t0 = time.perf_counter()
+        t0 = _begin(ctx, "check")
         cfg = self._cfg
         async with ctx.store.edit_state() as s:
             evidenced = [sentence for sentence in ev.draft.sentences if sentence.quotes]  # not connecting lines

@@ -25,6 +25,7 @@ from enterprise_rag.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from enterprise_rag import EnterpriseRAG
     from enterprise_rag.schema.result import QueryResult
 
 SAMPLE_CORPUS = Path(__file__).resolve().parent.parent / "sample_corpus"
@@ -49,6 +50,33 @@ def show_result(res: QueryResult) -> None:
     )
 
 
+def answer_live(
+    rag: EnterpriseRAG, question: str, principal: Principal, history: list[dict[str, str]] | None = None
+) -> QueryResult:
+    """Answer while showing progress on stderr: each step as it begins and ends (with its seconds) and the
+    draft as the generator writes it, marked unchecked; then the checked answer on stdout."""
+    result: QueryResult | None = None
+    drafting = False
+    for event in rag.stream_query(question, user=principal, history=history):
+        if drafting and event.kind != "draft":
+            err.print()
+            drafting = False
+        if event.kind == "started":
+            err.print(f"[dim]  {event.name} ...[/dim]")
+        elif event.kind == "step":
+            err.print(f"[dim]  {event.name} {event.seconds:.1f} s[/dim]")
+        elif event.kind == "draft":
+            if not drafting:
+                err.print("[dim]  draft, not yet checked:[/dim] ", end="")
+                drafting = True
+            err.print(event.text, end="", markup=False, highlight=False)
+        elif event.kind == "result":
+            result = event.data
+    assert result is not None  # a stream that ends without its result has raised
+    show_result(result)
+    return result
+
+
 def ask_command(
     question: Annotated[
         str | None, typer.Argument(help="The question; omit it to chat (follow-ups use history).")
@@ -61,6 +89,9 @@ def ask_command(
 ) -> None:
     """Answer a question as a user: cited, checked, permission-scoped.
 
+    Progress goes to stderr as it happens: each step with its seconds, and the
+    draft as it is written (unchecked); the checked answer then goes to stdout.
+
     Without a question it starts a chat: each line is a question, answered with
     the conversation so far as history, so a follow-up like "and for contractors?"
     is first rewritten into a standalone question. An empty line or Ctrl-D ends
@@ -69,8 +100,10 @@ def ask_command(
     principal = Principal(user, split_csv(groups))
     with open_rag(config, data_dir) as rag:
         if question is not None:
-            res = rag.query(question, user=principal)
-            print_json(res.to_dict()) if as_json else show_result(res)
+            if as_json:
+                print_json(rag.query(question, user=principal).to_dict())
+            else:
+                answer_live(rag, question, principal)
             return
         history: list[dict[str, str]] = []
         err.print("chat mode: follow-ups use the conversation; empty line or Ctrl-D to quit", markup=False)
@@ -81,11 +114,11 @@ def ask_command(
                 break
             if not line:
                 break
-            res = rag.query(line, user=principal, history=history)
             if as_json:
+                res = rag.query(line, user=principal, history=history)
                 out.print(json.dumps(res.to_dict(), default=str), markup=False, highlight=False, soft_wrap=True)
             else:
-                show_result(res)
+                res = answer_live(rag, line, principal, history)
             history += [{"role": "user", "content": line}, {"role": "assistant", "content": res.answer}]
 
 
@@ -143,7 +176,7 @@ def demo_command(
             who = q["asked_by"]
             out.rule(f"{who['user_id']} ({', '.join(who['groups'])}) asks")
             out.print(q["question"], markup=False)
-            show_result(rag.query(q["question"], user=Principal(who["user_id"], who["groups"])))
+            answer_live(rag, q["question"], Principal(who["user_id"], who["groups"]))
 
 
 def demo_questions(questions: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:

@@ -141,9 +141,15 @@ class LLMCaller:
         *,
         max_tokens: int,
         schema: dict[str, Any] | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> Any:
-        """Run one call; returns text, or the parsed JSON object when ``schema`` is given."""
+        """Run one call; returns text, or the parsed JSON object when ``schema`` is given.
+
+        With ``on_text``, a model whose streamed replies carry their token usage (``streams_usage``) streams
+        and each new piece of text goes to ``on_text`` as it is generated (a retried call starts again).
+        """
         kwargs: dict[str, Any] = {"max_tokens": max_tokens}
+        streamed = on_text if getattr(self._llms[role], "streams_usage", False) else None
         if schema is not None:
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
 
@@ -152,7 +158,14 @@ class LLMCaller:
             return text, self._parse(text, schema)
 
         return self._run(
-            role, name, messages, kwargs, [schema, max_tokens], read, lambda text: self._parse(text, schema)
+            role,
+            name,
+            messages,
+            kwargs,
+            [schema, max_tokens],
+            read,
+            lambda text: self._parse(text, schema),
+            on_text=streamed,
         )
 
     def yes_probability(
@@ -191,6 +204,7 @@ class LLMCaller:
         key_parts: list[Any],
         read: Callable[[Any], tuple[str, Any]],
         replay: Callable[[str], Any],
+        on_text: Callable[[str], None] | None = None,
     ) -> Any:
         """One call with timeout, bounded retries and backoff, token accounting and trace record / replay.
 
@@ -213,7 +227,7 @@ class LLMCaller:
                 time.sleep(self._backoff_s * 2 ** (attempt - 1))
             t0 = time.perf_counter()
             try:
-                response = self._with_timeout(llm, messages, kwargs)
+                response = self._with_timeout(llm, messages, kwargs, on_text)
                 text, value = read(response)
             except UnparsableJSONError as exc:
                 # A schema-constrained reply that does not parse was cut off by the token budget:
@@ -250,10 +264,20 @@ class LLMCaller:
     async def acall(self, role: str, name: str, messages: list[ChatMessage], **kwargs: Any) -> Any:
         return await asyncio.to_thread(self.call, role, name, messages, **kwargs)
 
-    def _with_timeout(self, llm: LLM, messages: list[ChatMessage], kwargs: dict[str, Any]) -> Any:
+    def _with_timeout(
+        self, llm: LLM, messages: list[ChatMessage], kwargs: dict[str, Any], on_text: Callable[[str], None] | None
+    ) -> Any:
+        def streamed() -> Any:
+            last = None
+            for last in llm.stream_chat(messages, **kwargs):
+                if last.delta and on_text is not None:
+                    on_text(last.delta)
+            return last
+
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         try:
-            return pool.submit(llm.chat, messages, **kwargs).result(timeout=self._timeout_s)
+            future = pool.submit(streamed) if on_text is not None else pool.submit(llm.chat, messages, **kwargs)
+            return future.result(timeout=self._timeout_s)
         except concurrent.futures.TimeoutError:
             raise TimeoutError(f"no answer within {self._timeout_s:g} s") from None
         finally:

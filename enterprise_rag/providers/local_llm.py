@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
+    ChatResponseGen,
     CompletionResponse,
     CompletionResponseGen,
     LLMMetadata,
@@ -63,6 +65,11 @@ class _Engine:
             result: dict[str, Any] = self._server.handle_chat_completions(request)
         return result
 
+    def chat_stream(self, request: dict[str, Any], on_chunk: Callable[[dict[str, Any]], None]) -> None:
+        """``request`` with ``stream``: each OpenAI-style chunk to ``on_chunk`` as it is generated."""
+        with self._lock:
+            self._server.handle_chat_completions({**request, "stream": True}, on_chunk)
+
 
 _ENGINES: dict[tuple[str, int, int | None], _Engine] = {}
 _ENGINES_LOCK = threading.Lock()
@@ -84,8 +91,10 @@ class LocalLlamaLLM(CustomLLM):
     ``response_format`` through, and ``logprobs=True, top_logprobs=n`` ask for
     the alternatives of each generated token (in ``response.raw["choices"][0]["logprobs"]``);
     ``ignore_eos=True`` generates ``max_tokens`` tokens whatever the model would end on; token usage
-    is in ``response.raw["usage"]``.
+    is in ``response.raw["usage"]``, also in the last response of ``stream_chat``.
     """
+
+    streams_usage: ClassVar[bool] = True  # stream_chat's last response carries the token usage
 
     model_path: Path = Field(description="GGUF file.")
     model_name: str = Field(default="qwen2.5-coder-1.5b-instruct-q4_k_m")
@@ -133,6 +142,46 @@ class LocalLlamaLLM(CustomLLM):
             raise LLMError(f"local LLM failed: {result.get('error', result)}")
         content = result["choices"][0]["message"].get("content") or ""
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=content), raw=result)
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        """The reply as it is generated; the engine runs in a thread of its own and hands over its chunks."""
+        engine = _engine(self.model_path, self.context_window, self.threads)
+        request = self._request(messages, **kwargs)
+        chunks: queue.Queue[dict[str, Any] | BaseException | None] = queue.Queue()
+
+        def run() -> None:
+            try:
+                engine.chat_stream(request, chunks.put)
+            except BaseException as exc:  # handed to the reader, which raises it
+                chunks.put(exc)
+            finally:
+                chunks.put(None)
+
+        threading.Thread(target=run, name="local-llm-stream", daemon=True).start()
+
+        def gen() -> ChatResponseGen:
+            text = ""
+            timings: dict[str, Any] = {}
+            while (chunk := chunks.get()) is not None:
+                if isinstance(chunk, BaseException) or "error" in chunk:
+                    raise LLMError(f"local LLM failed: {chunk}")
+                timings = chunk.get("timings", timings)
+                choices = chunk.get("choices") or [{}]
+                delta = (choices[0].get("delta") or {}).get("content") or ""
+                text += delta
+                if delta:
+                    yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=delta)
+            reused, evaluated = int(timings.get("cache_n", 0)), int(timings.get("prompt_n", 0))
+            usage = {
+                "prompt_tokens": reused + evaluated,
+                "completion_tokens": int(timings.get("predicted_n", 0)),
+                "prompt_tokens_details": {"cached_tokens": reused},
+            }
+            yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta="",
+                               raw={"usage": usage})  # fmt: skip
+
+        return gen()
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:

@@ -15,6 +15,7 @@ passed in; this module does no retrieval of its own.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
@@ -25,7 +26,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from enterprise_rag.errors import LLMError
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import user
-from enterprise_rag.llm.untrusted import data_block, mark
+from enterprise_rag.llm.untrusted import block_body, data_block, mark, unmark
 from enterprise_rag.retrieval.windows import focus
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,15 @@ def rerank_messages(question: str, passages: list[tuple[str, str]]) -> list[Chat
     listing = data_block("passages", "\n\n".join(f"[{pid}]\n{mark(text)}" for pid, text in passages))
     body = f"Question: {question}\n\n{listing}\n\nScore every passage by its id."
     return [ChatMessage(role=MessageRole.SYSTEM, content=RERANK_RULES), user("rerank", body)]
+
+
+_PASSAGE_HEADER = re.compile(r"(?m)^\[(P\d+)\]\n")
+
+
+def passages_of(messages: list[ChatMessage]) -> dict[str, str]:
+    """Passage id -> text of a rerank prompt (the inverse of :func:`rerank_messages`, for scripted models)."""
+    parts = _PASSAGE_HEADER.split(block_body(messages[-1].content or "", "passages"))
+    return {parts[i]: unmark(parts[i + 1]).strip() for i in range(1, len(parts), 2)}
 
 
 class LLMPointwiseRerank(BaseNodePostprocessor):

@@ -96,6 +96,45 @@ def query_result_text(result: Any) -> str:
     return "\n".join(lines)
 
 
+def progress_html(steps: Sequence[tuple[str, float | None]], draft: str) -> str:
+    """A query in progress: each step (seconds once finished, else running) and the unchecked draft."""
+    rows = [(name, "running" if seconds is None else f"{seconds:.1f} s") for name, seconds in steps]
+    parts = [_heading("Steps"), table(["step", "time"], rows)]
+    if draft:
+        parts.append(_heading("Draft, not yet checked"))
+        parts.append(f'<div style="white-space:pre-wrap;color:#666">{text(draft)}</div>')
+    return "".join(parts)
+
+
+def show_live(events: Iterable[Any]) -> Any:
+    """Show a streamed query (``rag.stream_query(...)``) in a notebook as it runs, one display updated in
+    place: the steps as they begin and finish, the draft as it is written, then the checked result.
+    Returns the :class:`~enterprise_rag.schema.result.QueryResult`."""
+    from IPython.display import HTML, display
+
+    handle = display(HTML(""), display_id=True)
+    steps: list[tuple[str, float | None]] = []
+    draft, result = "", None
+    for event in events:
+        if event.kind == "started":
+            steps.append((event.name, None))
+        elif event.kind == "step":
+            running = [i for i, step in enumerate(steps) if step == (event.name, None)]
+            if running:
+                steps[running[-1]] = (event.name, event.seconds)
+            else:
+                steps.append((event.name, event.seconds))
+        elif event.kind == "draft":
+            draft += event.text
+        elif event.kind == "result":
+            result = event.data
+        if event.kind in ("started", "step", "draft") and handle is not None:
+            handle.update(HTML(progress_html(steps, draft)))
+    if handle is not None and result is not None:
+        handle.update(HTML(progress_html(steps, "") + query_result_html(result)))
+    return result
+
+
 # ---- retrieval -----------------------------------------------------------------------------------------
 def retrieval_html(nodes: Sequence[NodeWithScore]) -> str:
     """One row per passage: rank, score, source, page, title, status and a text excerpt."""

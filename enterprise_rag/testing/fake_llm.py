@@ -18,11 +18,12 @@ import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
+    ChatResponseGen,
     CompletionResponse,
     CompletionResponseGen,
     LLMMetadata,
@@ -71,6 +72,7 @@ class ScriptedLLM(CustomLLM):
     """``ScriptedLLM({"grade": lambda msgs, kw: yes_probability(0.9), "generate": "answer [S1]"})``."""
 
     model_name: str = "scripted"
+    streams_usage: ClassVar[bool] = True  # stream_chat's last response carries the usage, like the local engine
     _handlers: dict[str, Any] = PrivateAttr(default_factory=dict)
     calls: list[tuple[str, list[ChatMessage]]] = []
 
@@ -107,6 +109,20 @@ class ScriptedLLM(CustomLLM):
         text = reply if isinstance(reply, str) else json.dumps(reply)
         usage = {"prompt_tokens": prompt, "completion_tokens": len(text.split())}
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), raw={"usage": usage})
+
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        """The scripted reply word by word, then a last response with the usage (as the local engine streams)."""
+        response = self.chat(messages, **kwargs)
+        text = response.message.content or ""
+
+        def gen() -> ChatResponseGen:
+            pieces = re.findall(r"\S+\s*", text)
+            for i in range(len(pieces)):
+                so_far = "".join(pieces[: i + 1])
+                yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=so_far), delta=pieces[i])
+            yield ChatResponse(message=response.message, delta="", raw=response.raw)
+
+        return gen()
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:

@@ -818,14 +818,25 @@ def test_stream_query_yields_steps_then_the_checked_answer_then_the_result(make_
     assert trace is not None
     streamed = [(e.name, json.loads(json.dumps(e.data))) for e in events if e.kind == "step"]
     assert streamed == [(s["step"], s["data"]) for s in trace["steps"]]  # what was stored, as it happened
+    finished = [e for e in events if e.kind == "step"]
+    assert [e.seconds for e in finished] == pytest.approx([s["ms"] / 1000 for s in trace["steps"]], abs=1e-3)
+    # Each step is announced as it begins, before it finishes.
+    for e in finished:
+        assert kinds.index("started") <= events.index(e)
+        assert any(x.kind == "started" and x.name == e.name for x in events[: events.index(e)])
+    # The draft streams while the generator writes, before the checks release the answer.
+    drafts = [i for i, e in enumerate(events) if e.kind == "draft"]
+    generated = generator.calls[0][0] == "generate"
+    assert generated and len(drafts) > 1 and max(drafts) < kinds.index("answer")
+    assert "".join(events[i].text for i in drafts).strip() == trace["llm_calls"][-2]["response"].strip()
 
 
 def test_leaving_a_stream_early_cancels_the_run_and_it_can_be_resumed(make_rag: MakeRag) -> None:
     generator, grader = llms()
     rag = make_rag(generator, grader)
     events = rag.stream_query(QUESTION, user=ALICE)
-    first = next(events)
-    assert (first.kind, first.name) == ("step", "prepare")
+    first = next(e for e in events if e.kind == "step")
+    assert first.name == "prepare"
     events.close()
 
     (recent,) = _recent(rag)
@@ -930,7 +941,7 @@ def test_the_sync_api_works_inside_a_running_event_loop(make_rag: MakeRag) -> No
 
     res, events = asyncio.run(in_a_notebook())
     assert FACT in res.answer
-    assert [e.kind for e in events][0] == "step" and events[-1].kind == "result"
+    assert [e.kind for e in events][:2] == ["started", "step"] and events[-1].kind == "result"
     assert events[-1].data.answer == res.answer
 
 

@@ -113,3 +113,28 @@ def test_chat_mode_follow_ups_use_the_history(
     assert trace["history"] == [
         {"role": "user", "content": first}, {"role": "assistant", "content": answers[0]["answer"]},
     ]  # fmt: skip
+
+
+def test_ask_shows_each_step_with_its_seconds_and_the_draft_before_the_checked_answer(
+    fresh_dsn: str, tmp_path: Path, embed_model: Any, monkeypatch: Any
+) -> None:
+    (tmp_path / "leave.md").write_text(DOC)
+    rag = EnterpriseRAG(
+        data_dir=tmp_path / "data", settings=load_settings(None, database={"dsn": fresh_dsn}), embed_model=embed_model,
+        generator=ScriptedLLM({"generate": answer_with("27 days")}),
+        grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "check": CHECK_OK}),
+    )  # fmt: skip
+    rag.ingest([tmp_path / "leave.md"])
+    monkeypatch.setattr(cli_ask, "open_rag", lambda config, data_dir: rag)
+
+    result = CliRunner().invoke(app, ["ask", "How many days of annual leave do staff get?", "--user", "ann",
+                                      "--groups", "staff"])  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    progress = result.stderr.splitlines()
+    for step in ("retrieve", "grade", "generate", "check"):
+        assert f"  {step} ..." in progress
+        assert any(line.startswith(f"  {step} ") and line.endswith(" s") for line in progress)
+    draft = next(line for line in progress if line.startswith("  draft, not yet checked: "))
+    assert "27 days" in draft and progress.index(draft) < progress.index("  check ...")
+    assert "27 days" in result.stdout and "draft" not in result.stdout  # stdout: the checked answer only

@@ -7,21 +7,18 @@ passages the principal may read.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import NodeWithScore
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.ingest.pipeline import Ingestor
-from enterprise_rag.llm.untrusted import block_body, unmark
-from enterprise_rag.retrieval.llm_rerank import LLMPointwiseRerank
+from enterprise_rag.retrieval.llm_rerank import LLMPointwiseRerank, passages_of
 from enterprise_rag.retrieval.retriever import RetrievalOptions
 from enterprise_rag.schema.documents import text_document
 from enterprise_rag.testing.fake_llm import ScriptedLLM
@@ -33,7 +30,6 @@ SECRET_MARKERS = ["egret", "falcon"]
 STAFF = Principal("sam", ["staff"])
 FINANCE = Principal("fay", ["staff", "finance"])
 FLAT = RetrievalOptions(merge=False, expand_section=False)
-_PASSAGE_HEADER = re.compile(r"(?m)^\[(P\d+)\]\n")
 
 
 def _doc(marker: str, variant: int) -> Any:
@@ -44,12 +40,6 @@ def _doc(marker: str, variant: int) -> Any:
     return text_document(f"policy/{marker}.md", f"Travel reimbursement {marker}", text)
 
 
-def passages(messages: list[ChatMessage]) -> dict[str, str]:
-    """Passage id -> text as the reranker put them into its prompt."""
-    parts = _PASSAGE_HEADER.split(block_body(messages[-1].content or "", "passages"))
-    return {parts[i]: unmark(parts[i + 1]).strip() for i in range(1, len(parts), 2)}
-
-
 def marker_of(text: str) -> str:
     [marker] = [m for m in PUBLIC_MARKERS + SECRET_MARKERS if m in text.lower()]
     return marker
@@ -57,7 +47,7 @@ def marker_of(text: str) -> str:
 
 def scripted(reply: Any) -> ScriptedLLM:
     """A grader whose ``rerank`` task answers ``reply(passages)`` (or raises)."""
-    return ScriptedLLM({"rerank": lambda msgs, kw: reply(passages(msgs))})
+    return ScriptedLLM({"rerank": lambda msgs, kw: reply(passages_of(msgs))})
 
 
 def build_rag(dsn: str, tmp_path: Path, embed_model: Any, grader: ScriptedLLM, **reranker: Any) -> EnterpriseRAG:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from enterprise_rag import EnterpriseRAG, Principal
-from enterprise_rag.schema.display import retrieval_html
+from enterprise_rag.answer.streaming import StreamEvent
+from enterprise_rag.schema.display import retrieval_html, show_live
 from enterprise_rag.schema.ingest import FailedFile, IngestReport
 from enterprise_rag.schema.result import Citation, QueryResult, RetrievedNodes, Trace
 from enterprise_rag.store.traces import TraceStore
@@ -129,3 +131,24 @@ def _pretty(obj: object) -> str:
     from IPython.lib.pretty import pretty
 
     return pretty(obj)
+
+
+def test_show_live_updates_one_display_with_steps_the_draft_then_the_checked_result(monkeypatch: Any) -> None:
+    import IPython.display
+
+    shown: list[str] = []
+
+    class Handle:
+        def update(self, obj: Any) -> None:
+            shown.append(obj.data)
+
+    monkeypatch.setattr(IPython.display, "display", lambda obj, display_id=False: Handle())
+    result = _result(flagged=False)
+    events = [StreamEvent("started", name="grade"), StreamEvent("step", name="grade", seconds=2.5),
+              StreamEvent("started", name="generate"), StreamEvent("draft", text="Refunds take "),
+              StreamEvent("draft", text=SCRIPT), StreamEvent("step", name="generate", seconds=4.0),
+              StreamEvent("answer", text="Refunds take 14 days [S1]."), StreamEvent("result", data=result)]  # fmt: skip
+    assert show_live(events) is result
+    assert "running" in shown[0] and "2.5 s" in shown[1]
+    assert "Draft, not yet checked" in shown[4] and ESCAPED in shown[4] and SCRIPT not in shown[4]
+    assert "4.0 s" in shown[-1] and "Draft" not in shown[-1] and "t-123" in shown[-1]
