@@ -23,7 +23,8 @@ from tests.support.workflow import CHECK_OK, answer_with, grade_yes_if
 DOC = "---\ntitle: Leave\nallowed_groups: [staff]\n---\n# Leave\n\nStaff get 27 days of annual leave.\n"
 
 
-def _scripted_query(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> tuple[str, Any]:
+def _scripted_rag(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> EnterpriseRAG:
+    """DOC ingested into a store whose scripted models answer "27 days" from it."""
     (tmp_path / "leave.md").write_text(DOC)
     rag = EnterpriseRAG(
         data_dir=tmp_path / "data", settings=load_settings(None, database={"dsn": fresh_dsn}), embed_model=embed_model,
@@ -31,6 +32,11 @@ def _scripted_query(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> tuple[s
         grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "check": CHECK_OK}),
     )  # fmt: skip
     rag.ingest([tmp_path / "leave.md"])
+    return rag
+
+
+def _scripted_query(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> tuple[str, Any]:
+    rag = _scripted_rag(fresh_dsn, tmp_path, embed_model)
     res = rag.query("How many days of annual leave do staff get?", user=Principal("ann", ["staff"]))
     rag.close()
     return res.trace_id, res
@@ -118,13 +124,7 @@ def test_chat_mode_follow_ups_use_the_history(
 def test_ask_shows_each_step_with_its_seconds_and_the_draft_before_the_checked_answer(
     fresh_dsn: str, tmp_path: Path, embed_model: Any, monkeypatch: Any
 ) -> None:
-    (tmp_path / "leave.md").write_text(DOC)
-    rag = EnterpriseRAG(
-        data_dir=tmp_path / "data", settings=load_settings(None, database={"dsn": fresh_dsn}), embed_model=embed_model,
-        generator=ScriptedLLM({"generate": answer_with("27 days")}),
-        grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "check": CHECK_OK}),
-    )  # fmt: skip
-    rag.ingest([tmp_path / "leave.md"])
+    rag = _scripted_rag(fresh_dsn, tmp_path, embed_model)
     monkeypatch.setattr(cli_ask, "open_rag", lambda config, data_dir: rag)
 
     result = CliRunner().invoke(app, ["ask", "How many days of annual leave do staff get?", "--user", "ann",
