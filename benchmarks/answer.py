@@ -238,6 +238,7 @@ def main() -> None:
     parser.add_argument("--comparisons", action="store_true", help="also time prefix reuse")
     parser.add_argument("--sample", type=int, default=4, help="questions for the prefix comparison")
     parser.add_argument("--speculative", action="store_true", help="also compare n-gram speculative decoding")
+    parser.add_argument("--no-floor", action="store_true", help="skip the floor (pass rates and tokens only)")
     args = parser.parse_args()
     suite_text = (args.suite / "scenarios.yaml").read_text()
     suite, types = yaml.safe_load(suite_text), failure_types(suite_text)
@@ -268,7 +269,7 @@ def main() -> None:
             seconds.append(time.perf_counter() - t0)
             p = res.pipeline
             trace: dict[str, Any] = rag.trace(res.trace_id, user) or {"llm_calls": []}
-            floor = floor_seconds(rag, trace)
+            floor = None if args.no_floor else floor_seconds(rag, trace)
             final_prompts += [c["messages"] for c in trace["llm_calls"] if c["name"] in ("generate", "revise")][-1:]
             if floor is not None:
                 floors.append((seconds[-1], floor))
