@@ -92,7 +92,7 @@ class EnterpriseRAG:
         metadata: dict[str, Any] | None = None,
         progress: Progress | None = None,
     ) -> IngestReport:
-        """Ingest files or folders (pdf, md, html, txt) with their ACL.
+        """Ingest files or folders (pdf, docx, pptx, xlsx, csv, md, html, txt) with their ACL.
 
         The ACL comes from the arguments (lists of names, or one name as a string)
         or, when both are None, from each document's front-matter; a document with

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from enterprise_rag.answer.checks.draft import Draft
 from enterprise_rag.answer.checks.support import NOT_APPLICABLE
 from enterprise_rag.llm.caller import LLMCaller
+from enterprise_rag.schema.documents import heading_path_at
 from enterprise_rag.schema.result import Citation, QueryResult
 
 if TYPE_CHECKING:
@@ -49,10 +50,21 @@ def citations_for(draft: Draft | None, sources: list[Source]) -> list[Citation]:
         for quote in sentence.quotes:
             quotes.setdefault(quote.label, quote.text)
     return [
-        Citation(label, src.source, src.page, src.document_id, quote, src.kind)
+        Citation(label, src.source, src.page, src.document_id, quote, src.kind, section_of(src, quote))
         for label, quote in quotes.items()
         if (src := by_label.get(label)) is not None
     ]
+
+
+def section_of(src: Source, quote: str) -> str:
+    """Where in its document the quote sits: the source's headings below the document title, and those its
+    text writes inline before the quote (a merged parent spans sections)."""
+    if src.kind != "corpus":
+        return ""
+    crumbs = tuple(src.breadcrumb.split(" > ")) if src.breadcrumb else ()
+    common = crumbs[1:] if crumbs[:1] == (src.title,) else crumbs
+    at = src.text.find(quote) if quote else -1
+    return " > ".join(heading_path_at(src.text, common, at + len(quote) if at >= 0 else 0))
 
 
 def source_record(src: Source) -> dict[str, Any]:

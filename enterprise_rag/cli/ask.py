@@ -36,11 +36,11 @@ def show_result(res: QueryResult) -> None:
     out.print(res.answer, markup=False, highlight=False)
     if res.citations:
         table = Table(show_header=True, box=None)
-        for column in ("", "source", "page", "quote"):
+        for column in ("", "source", "page", "section", "quote"):
             table.add_column(column)
         for c in res.citations:
             web = " (web)" if c.kind == "web" else ""
-            table.add_row(c.label, f"{c.source}{web}", str(c.page or ""), c.quote[:90])
+            table.add_row(c.label, f"{c.source}{web}", str(c.page or ""), c.section, c.quote[:90])
         out.print(table)
     p, e = res.pipeline, res.evaluation
     flag = "  [bold red]FLAGGED FOR REVIEW[/bold red]" if p["flagged_for_review"] else ""

@@ -87,7 +87,7 @@ def models_install(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> Non
 
 @command
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="Files or folders (pdf, md, html, txt).")],
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders (pdf, docx, pptx, xlsx, csv, md, html, txt).")],
     groups: Annotated[str | None, typer.Option("--groups", "-g", help="Comma-separated allowed groups.")] = None,
     users: Annotated[str | None, typer.Option("--users", help="Comma-separated allowed users.")] = None,
     config: ConfigOpt = None,
@@ -112,6 +112,8 @@ def ingest(
                 table.add_row(outcome, source)
         for failed in report.failed:
             table.add_row("[red]failed[/red]", f"{failed.path}: {failed.reason}")
+        for warning in report.warnings:
+            table.add_row("[yellow]warning[/yellow]", f"{warning.path}: {warning.message}")
         out.print(table)
     if report.failed:
         raise typer.Exit(1)

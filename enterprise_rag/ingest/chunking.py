@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from enterprise_rag.ingest.splitting import TextSplitter
-from enterprise_rag.schema.documents import BlockKind, Chunk, LoadedDocument
+from enterprise_rag.schema.documents import BlockKind, Chunk, LoadedDocument, inline_heading
 
 CountTokens = Callable[[str], int]
 
@@ -95,7 +95,7 @@ def render(pieces: Sequence[_Piece]) -> tuple[str, tuple[str, ...]]:
         if piece.path != prev:
             shared = len(_common_prefix([prev, piece.path]))
             depth = max(shared, len(common))
-            heads = "".join(f"{'#' * (d + 2)} {piece.path[d]}\n" for d in range(depth, len(piece.path)))
+            heads = "".join(inline_heading(d, piece.path[d]) for d in range(depth, len(piece.path)))
         parts.append(heads + piece.text)
         prev = piece.path
     return "\n\n".join(parts), common

@@ -28,7 +28,7 @@ from enterprise_rag.ingest.discovery import discover
 from enterprise_rag.ingest.properties import resolve_record
 from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
 from enterprise_rag.schema.documents import DocumentRecord, LoadedDocument
-from enterprise_rag.schema.ingest import FailedFile, IngestReport, Progress
+from enterprise_rag.schema.ingest import FailedFile, FileWarning, IngestReport, Progress
 from enterprise_rag.store import Database
 from enterprise_rag.store.documents import stored_document_ids, stored_record
 from enterprise_rag.store.writer import PreparedDocument, existing_embeddings, refuse_taken_ids, write_documents
@@ -100,6 +100,7 @@ class Ingestor:
                 if isinstance(loaded, FailedFile):
                     raise IngestError(loaded.path, loaded.reason)
                 record = resolve_record(loaded, allowed_groups, allowed_users, metadata)
+                report.warnings += [FileWarning(record.source, message) for message in loaded.warnings]
                 if self._unchanged(record):
                     report.unchanged.append(record.source)
                     if progress:

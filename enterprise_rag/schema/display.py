@@ -67,7 +67,7 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
 
 # ---- query results -------------------------------------------------------------------------------------
 def query_result_html(result: Any) -> str:
-    """Answer, citations (label, kind, source, page, quote), evaluation and pipeline tables."""
+    """Answer, citations (label, kind, source, page, section, quote), evaluation and pipeline tables."""
     parts = []
     if result.pipeline.get("flagged_for_review"):
         parts.append(_WARNING.format("⚠ Flagged for review: the answer did not pass the support check."))
@@ -75,8 +75,8 @@ def query_result_html(result: Any) -> str:
     parts.append(f'<div style="white-space:pre-wrap">{text(result.answer)}</div>')
     parts.append(_heading(f"Citations ({len(result.citations)})"))
     if result.citations:
-        rows = [(c.label, c.kind, c.source, c.page, c.quote) for c in result.citations]
-        parts.append(table(["label", "kind", "source", "page", "quote"], rows))
+        rows = [(c.label, c.kind, c.source, c.page, c.section, c.quote) for c in result.citations]
+        parts.append(table(["label", "kind", "source", "page", "section", "quote"], rows))
     else:
         parts.append("<p>no citations</p>")
     parts.append(_heading("Evaluation"))
@@ -90,7 +90,10 @@ def query_result_html(result: Any) -> str:
 def query_result_text(result: Any) -> str:
     """A short plain-text view: answer, citations, confidence."""
     lines = [result.answer, ""]
-    lines += [f"[{c.label}] {c.source}" + (f" p.{c.page}" if c.page else "") for c in result.citations]
+    lines += [
+        f"[{c.label}] {c.source}" + (f" p.{c.page}" if c.page else "") + (f", {c.section}" if c.section else "")
+        for c in result.citations
+    ]
     flagged = " FLAGGED FOR REVIEW" if result.pipeline.get("flagged_for_review") else ""
     lines.append(f"confidence {result.evaluation.get('confidence')}{flagged}; trace {result.trace_id}")
     return "\n".join(lines)
@@ -198,6 +201,7 @@ def ingest_report_html(report: Any) -> str:
         if len(paths) > LISTED_DOCUMENTS:
             rows.append((outcome, f"… and {len(paths) - LISTED_DOCUMENTS} more", ""))
     rows += [("failed", f.path, f.reason) for f in report.failed]
+    rows += [("warning", w.path, w.message) for w in report.warnings]
     if rows:
         parts.append(table(["outcome", "path", "reason"], rows))
     return "".join(parts)

@@ -46,6 +46,27 @@ class LoadedDocument:
     content_hash: str
     properties: dict[str, Any] = field(default_factory=dict)
     page_count: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def inline_heading(depth: int, text: str) -> str:
+    """How a chunk spanning several sections writes a heading of its path (``depth`` 0 = outermost) inline."""
+    return f"{'#' * (depth + 2)} {text}\n"
+
+
+_INLINE_HEADING = re.compile(r"(?m)^(#{2,7}) (\S[^\n]*)$")
+
+
+def heading_path_at(text: str, common: tuple[str, ...], offset: int) -> tuple[str, ...]:
+    """The heading path at ``offset`` of a chunk's text whose own path is ``common``: the inline headings
+    before it (see :func:`inline_heading`) taken in order, so a passage of a merged parent is placed in
+    its own section."""
+    path = list(common)
+    for match in _INLINE_HEADING.finditer(text, 0, max(offset, 0)):
+        depth = len(match.group(1)) - 2
+        if depth >= len(common):
+            path = [*path[:depth], match.group(2).strip()]
+    return tuple(path)
 
 
 @dataclass

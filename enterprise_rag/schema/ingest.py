@@ -17,6 +17,14 @@ class FailedFile:
     reason: str
 
 
+@dataclass(frozen=True)
+class FileWarning:
+    """A document that was ingested with a loss a person should know about (a page with no text layer)."""
+
+    path: str
+    message: str
+
+
 @dataclass
 class IngestReport:
     """Outcome of :meth:`EnterpriseRAG.ingest`: sources added / updated / unchanged / failed.
@@ -34,6 +42,7 @@ class IngestReport:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     failed: list[FailedFile] = field(default_factory=list)
+    warnings: list[FileWarning] = field(default_factory=list)
     nodes_written: int = 0
     leaves_embedded: int = 0
     embeddings_reused: int = 0
@@ -54,10 +63,12 @@ class IngestReport:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         lines = [self.summary()] + [f"failed: {f.path}: {f.reason}" for f in self.failed]
+        lines += [f"warning: {w.path}: {w.message}" for w in self.warnings]
         printer.text("\n".join(lines))
 
     def summary(self) -> str:
         return (
             f"{len(self.added)} added, {len(self.updated)} updated, {len(self.unchanged)} unchanged, "
             f"{len(self.failed)} failed; {self.nodes_written} nodes written in {self.seconds:.1f} s"
+            + (f"; {len(self.warnings)} warning(s)" if self.warnings else "")
         )

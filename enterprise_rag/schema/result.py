@@ -15,6 +15,8 @@ class Citation:
     """One cited source; readable as ``c.source`` and ``c["source"]``.
 
     ``kind`` is ``corpus`` or ``web``; ``quote`` is the sentence of the source the citation points at.
+    ``page`` is the PDF page or the slide number; ``section`` the headings above the passage below the
+    document title (for a spreadsheet: sheet name and rows, "Prices > rows 22-41").
 
     >>> Citation("S1", "policies/refunds.md", 2, "doc-1", "Refunds within 30 days.")["page"]
     2
@@ -26,6 +28,7 @@ class Citation:
     document_id: str
     quote: str
     kind: str = "corpus"
+    section: str = ""
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)

@@ -11,7 +11,7 @@ import pytest
 
 from enterprise_rag.ingest.chunking import build_chunks
 from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
-from enterprise_rag.schema.documents import Block, Chunk, LoadedDocument
+from enterprise_rag.schema.documents import Block, Chunk, LoadedDocument, heading_path_at
 from tests.conftest import REPO
 
 DOCS = REPO.parent / "shared" / "scenarios" / "docs"
@@ -208,3 +208,17 @@ def test_whitespace_blocks_produce_no_chunks(count: Callable[[str], int]) -> Non
 def test_invalid_sizes_are_rejected(sizes: list[int], count: Callable[[str], int]) -> None:
     with pytest.raises(ValueError, match="chunk_sizes"):
         build_chunks(_doc([Block("x", ())]), "d", sizes, 0, count)
+
+
+def test_a_passage_of_a_parent_spanning_sections_is_placed_in_its_own_section(count: Callable[[str], int]) -> None:
+    blocks = [Block(f"Rule {i} of {h2} applies to every site.", ("Safety", h2)) for h2 in ("Ladders", "Cranes")
+              for i in range(3)]  # fmt: skip
+    doc = LoadedDocument(source="s.md", title="Manual", blocks=blocks, content_hash="x")
+    chunks = build_chunks(doc, "d", [1024, 64], 0, count)
+    parent = next(c for c in chunks if c.level == 0)
+    assert parent.breadcrumb == "Manual > Safety" and "## Cranes" in parent.text
+    common = tuple(parent.breadcrumb.split(" > ")[1:])
+    for block in blocks:
+        end = parent.text.index(block.text) + len(block.text)
+        assert heading_path_at(parent.text, common, end) == block.heading_path
+    assert heading_path_at(parent.text, common, 0) == ("Safety",)

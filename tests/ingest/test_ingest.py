@@ -588,7 +588,7 @@ def test_bad_inputs_fail_alone_with_their_reason(rag: EnterpriseRAG, fresh_dsn: 
         "latin1.txt": ["UTF-8"],
         "binary.md": ["binary"],
         "huge.md": ["limit", "25 MB"],
-        "report.docx": ["unsupported", ".docx"],
+        "report.docx": ["corrupt or unreadable Word document"],
         "bad-groups.md": ["allowed_groups", "5"],
         "bad-date.md": ["effective_date", "not a date"],
         "bad-status.md": ["status", "bogus"],

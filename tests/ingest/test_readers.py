@@ -268,7 +268,7 @@ def _write(tmp_path: Path, name: str, data: bytes) -> Path:
 
 
 BAD_FILES = {
-    "unsupported": (lambda t: _write(t, "memo.docx", b"PK\x03\x04 not really"), ["unsupported", ".docx"]),
+    "unsupported": (lambda t: _write(t, "memo.odt", b"PK\x03\x04 not really"), ["unsupported", ".odt"]),
     "empty": (lambda t: _write(t, "empty.md", b""), ["empty"]),
     "whitespace": (lambda t: _write(t, "blank.txt", b" \n\n\t \n"), ["no extractable text"]),
     "binary": (lambda t: _write(t, "image.md", b"# Title\n\x89PNG\x00\x00\x1a"), ["binary", "NUL"]),

@@ -18,6 +18,9 @@ from enterprise_rag.ingest.readers.html import read_html
 from enterprise_rag.ingest.readers.markdown import read_markdown
 from enterprise_rag.ingest.readers.pdf import read_pdf
 from enterprise_rag.ingest.readers.plaintext import read_plaintext
+from enterprise_rag.ingest.readers.sheets import read_csv, read_workbook
+from enterprise_rag.ingest.readers.slides import read_slides
+from enterprise_rag.ingest.readers.word import read_word
 from enterprise_rag.schema.documents import LoadedDocument
 
 Reader = Callable[[bytes, Path], Parsed]
@@ -30,6 +33,10 @@ READERS: dict[str, Reader] = {
     ".htm": read_html,
     ".txt": read_plaintext,
     ".text": read_plaintext,
+    ".docx": read_word,
+    ".pptx": read_slides,
+    ".xlsx": read_workbook,
+    ".csv": read_csv,
 }
 
 SUPPORTED_SUFFIXES: frozenset[str] = frozenset(READERS)
@@ -72,4 +79,5 @@ def read_document(path: Path, max_bytes: int) -> LoadedDocument:
         content_hash=hashlib.sha256(raw).hexdigest(),
         properties=parsed.properties,
         page_count=parsed.page_count,
+        warnings=parsed.warnings,
     )

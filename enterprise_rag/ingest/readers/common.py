@@ -24,6 +24,7 @@ class Parsed:
     blocks: list[Block]
     properties: dict[str, Any] = field(default_factory=dict)
     page_count: int | None = None
+    warnings: list[str] = field(default_factory=list)  # what was read with a loss ("page 3 has no text layer")
 
 
 def decode_text(raw: bytes, path: Path, fallback_encoding: str | None = None) -> str:
@@ -65,6 +66,12 @@ def _declared(raw: bytes, encoding: str | None) -> str | None:
         return raw.decode(encoding)
     except (UnicodeDecodeError, LookupError):
         return None
+
+
+def table_text(rows: list[list[str]]) -> str:
+    """A table as readers hand it to the chunker: one line per row, cells joined with ' | ', the first row
+    the header (the splitter repeats it on every piece); rows with no text are left out."""
+    return "\n".join(" | ".join(row) for row in rows if any(cell.strip() for cell in row))
 
 
 def human_size(n: float) -> str:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from enterprise_rag.ingest.readers.common import Parsed, decode_text
+from enterprise_rag.ingest.readers.common import Parsed, decode_text, table_text
 from enterprise_rag.ingest.readers.outline import Outline, by_level
 
 if TYPE_CHECKING:
@@ -154,14 +154,12 @@ def _table(node: Tag) -> str:
     """One line per row, cells joined with ' | ' (caption first when there is one)."""
     from bs4 import Tag
 
-    rows: list[str] = []
+    rows: list[list[str]] = []
     caption = node.find("caption")
     if isinstance(caption, Tag) and _text(caption):
-        rows.append(_text(caption).replace("\n", " "))
+        rows.append([_text(caption).replace("\n", " ")])
     for tr in node.find_all("tr"):
         if tr.find_parent("table") is not node:
             continue  # rows of a nested table are read with that table's cell
-        cells = [_text(c).replace("\n", " ") for c in tr.find_all(["th", "td"], recursive=False)]
-        if any(cells):
-            rows.append(" | ".join(cells))
-    return "\n".join(rows)
+        rows.append([_text(c).replace("\n", " ") for c in tr.find_all(["th", "td"], recursive=False)])
+    return table_text(rows)

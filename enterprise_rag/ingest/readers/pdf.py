@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from enterprise_rag.errors import IngestError
 from enterprise_rag.ingest.readers.common import Parsed
+from enterprise_rag.ingest.readers.ocr import lines_of, ocr_text
 from enterprise_rag.ingest.readers.pdf_layout import Line, build_blocks
 
 if TYPE_CHECKING:
@@ -77,17 +78,29 @@ def read_pdf(raw: bytes, path: Path) -> Parsed:
     if page_count == 0:
         raise IngestError(where, "PDF has no pages")
     pages: list[list[Line]] = []
+    scanned: dict[int, str] = {}  # page index -> OCR text
+    warnings: list[str] = []
     for number, page in enumerate(reader.pages, start=1):
         try:
-            pages.append(_page_lines(page, number))
+            lines = _page_lines(page, number)
         except _parse_errors() as exc:
             logger.warning("%s: page %d could not be read and is skipped: %s", where, number, exc)
-            pages.append([])
+            warnings.append(f"page {number} could not be read ({type(exc).__name__}) and is left out")
+            lines = []
+        else:
+            if not lines:
+                text, warning = ocr_text(page, number)
+                warnings += [warning] if warning else []
+                scanned.update({number - 1: text} if text else {})
+        pages.append(lines)
+    sizes = Counter(ln.size for page in pages for ln in page if ln.cells is None)
+    for index, text in scanned.items():
+        pages[index] = lines_of(text, index + 1, sizes.most_common(1)[0][0] if sizes else 10.0)
     if not any(pages):
-        raise IngestError(where, "no extractable text in the PDF (scanned images? OCR is not supported)")
+        raise IngestError(where, f"no extractable text in the PDF: {'; '.join(warnings) or 'every page is empty'}")
     _drop_running_headers(pages)
     title, blocks = build_blocks(pages, _metadata_title(reader))
-    return Parsed(title=title or path.stem, blocks=blocks, page_count=page_count)
+    return Parsed(title=title or path.stem, blocks=blocks, page_count=page_count, warnings=warnings)
 
 
 def _decrypt_without_password(reader: PdfReader) -> bool:
