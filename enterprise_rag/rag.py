@@ -111,6 +111,29 @@ class EnterpriseRAG:
         items = [paths] if isinstance(paths, (str, Path)) else list(paths)
         return ingestor.ingest(items, allowed_groups, allowed_users, metadata, progress)
 
+    def sync(
+        self,
+        root: str | Path,
+        allowed_groups: str | Sequence[str] | None = None,
+        allowed_users: str | Sequence[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: Progress | None = None,
+        dry_run: bool = False,
+    ) -> IngestReport:
+        """Make the store match the folder ``root``: new files added, changed ones replaced, and the
+        documents whose files are gone from under it deleted (documents of other folders are untouched).
+
+        A rename is a delete and an add whose unchanged chunks keep their stored vectors (adds run before
+        deletes). A second run with nothing changed does nothing. ``dry_run`` reads and compares only:
+        the report is the plan. A folder that does not exist (an unmounted share) is an
+        :class:`IngestError`, never "every file is gone".
+
+        >>> rag.sync("handbook/", allowed_groups=["all-staff"], dry_run=True).summary()   # doctest: +SKIP
+        'plan (dry run, nothing written): 1 to add, 0 to update, 2 to delete, 11 unchanged, 0 failed'
+        """
+        ingestor = Ingestor(self.db, self.providers.embed_model, self.settings.ingest)
+        return ingestor.sync(root, allowed_groups, allowed_users, metadata, progress, dry_run)
+
     def delete(self, document_id_or_path: str | Path) -> bool:
         """Delete a document (by id, or by the path it was ingested from) and all its nodes.
 

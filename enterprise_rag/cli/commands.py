@@ -36,6 +36,7 @@ from enterprise_rag.cli.eval import eval_command
 from enterprise_rag.config import load_settings
 from enterprise_rag.errors import ConfigError, ModelError, PermissionDeniedError, RagError, StoreError
 from enterprise_rag.providers.model_files import GGUF_SHA256, install_model
+from enterprise_rag.schema.ingest import IngestReport
 from enterprise_rag.store.embedded import stop_embedded
 
 app = typer.Typer(
@@ -101,15 +102,42 @@ def ingest(
             paths, allowed_groups=split_csv(groups), allowed_users=split_csv(users),
             progress=lambda source, outcome: bar.update(task, advance=1, description=f"{outcome}: {Path(source).name}"),
         )  # fmt: skip
+    show_report(report, as_json)
+
+
+@command
+def sync(
+    folder: Annotated[Path, typer.Argument(help="The folder whose files the store should hold.")],
+    groups: Annotated[str | None, typer.Option("--groups", "-g", help="Comma-separated allowed groups.")] = None,
+    users: Annotated[str | None, typer.Option("--users", help="Comma-separated allowed users.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")] = False,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Sync a folder: add new files, replace changed ones, delete the documents whose files are gone."""
+    with open_rag(config, data_dir) as rag, progress_bar() as bar:
+        task = bar.add_task("syncing", total=None)
+        report = rag.sync(
+            folder, allowed_groups=split_csv(groups), allowed_users=split_csv(users), dry_run=dry_run,
+            progress=lambda source, outcome: bar.update(task, advance=1, description=f"{outcome}: {Path(source).name}"),
+        )  # fmt: skip
+    show_report(report, as_json)
+
+
+def show_report(report: IngestReport, as_json: bool) -> None:
+    """An ingest or sync report: one row per document by outcome, failures and warnings with their reason;
+    exit code 1 when a file failed."""
     if as_json:
         print_json(report.to_dict())
     else:
         table = Table(title=report.summary())
         table.add_column("outcome")
         table.add_column("document")
-        for outcome in ("added", "updated", "unchanged"):
+        verb = {"added": "add", "updated": "update", "deleted": "delete"} if report.dry_run else {}
+        for outcome in ("added", "updated", "deleted", "unchanged"):
             for source in getattr(report, outcome):
-                table.add_row(outcome, source)
+                table.add_row(f"would {verb[outcome]}" if outcome in verb else outcome, source)
         for failed in report.failed:
             table.add_row("[red]failed[/red]", f"{failed.path}: {failed.reason}")
         for warning in report.warnings:

@@ -30,8 +30,14 @@ from enterprise_rag.ingest.readers import SUPPORTED_SUFFIXES, read_document
 from enterprise_rag.schema.documents import DocumentRecord, LoadedDocument
 from enterprise_rag.schema.ingest import FailedFile, FileWarning, IngestReport, Progress
 from enterprise_rag.store import Database
-from enterprise_rag.store.documents import stored_document_ids, stored_record
-from enterprise_rag.store.writer import PreparedDocument, existing_embeddings, refuse_taken_ids, write_documents
+from enterprise_rag.store.documents import documents_under, stored_document_ids, stored_record
+from enterprise_rag.store.writer import (
+    PreparedDocument,
+    delete_documents,
+    existing_embeddings,
+    refuse_taken_ids,
+    write_documents,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,22 +65,54 @@ class Ingestor:
         progress: Progress | None = None,
     ) -> IngestReport:
         """Ingest files and folders; see :meth:`EnterpriseRAG.ingest`."""
+        return self.ingest_documents(self._load(paths, set()), allowed_groups, allowed_users, metadata, progress)
+
+    def sync(
+        self,
+        root: str | Path,
+        allowed_groups: str | Sequence[str] | None = None,
+        allowed_users: str | Sequence[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: Progress | None = None,
+        dry_run: bool = False,
+    ) -> IngestReport:
+        """Make the store hold exactly the files under ``root``; see :meth:`EnterpriseRAG.sync`."""
+        folder = Path(root).expanduser()
+        if not folder.is_dir():
+            raise IngestError(str(root), "sync needs a folder that exists (nothing was changed)")
+        top = str(folder.resolve())
+        with self._db.connection() as conn:
+            stored = documents_under(conn, top)
+        seen: set[str] = set()
+        report = self.ingest_documents(
+            self._load([folder], seen), allowed_groups, allowed_users, metadata, progress, dry_run=dry_run
+        )
+        # Gone: stored under the root, not found by this walk, and no longer a file at all (a file the walk
+        # does not reach, in a hidden folder say, was ingested on purpose and stays).
+        report.deleted = sorted(s for s in stored if s not in seen and not Path(s).is_file())
+        if report.deleted and not dry_run:
+            with self._db.connection() as conn:
+                delete_documents(conn, [stored[s] for s in report.deleted])
+            for source in report.deleted:
+                if progress:
+                    progress(source, "deleted")
+        return report
+
+    def _load(self, paths: Iterable[str | Path], seen: set[str]) -> Iterator[LoadedDocument | FailedFile]:
+        """The documents under ``paths``, or why each cannot be read; every path found is added to ``seen``."""
         max_bytes = int(self._settings.max_file_mb * 1024 * 1024)
-
-        def load() -> Iterator[LoadedDocument | FailedFile]:
-            for found in discover(paths, SUPPORTED_SUFFIXES):
-                if found.reason is not None:
-                    yield FailedFile(str(found.path), found.reason)
-                    continue
-                try:
-                    yield read_document(found.path, max_bytes)
-                except IngestError as exc:
-                    yield FailedFile(exc.path, exc.reason)
-                except Exception as exc:  # a reader bug must not sink the batch
-                    logger.exception("unexpected error reading %s", found.path)
-                    yield FailedFile(str(found.path), f"unexpected {type(exc).__name__}: {exc}")
-
-        return self.ingest_documents(load(), allowed_groups, allowed_users, metadata, progress)
+        for found in discover(paths, SUPPORTED_SUFFIXES):
+            seen.add(str(found.path))
+            if found.reason is not None:
+                yield FailedFile(str(found.path), found.reason)
+                continue
+            try:
+                yield read_document(found.path, max_bytes)
+            except IngestError as exc:
+                yield FailedFile(exc.path, exc.reason)
+            except Exception as exc:  # a reader bug must not sink the batch
+                logger.exception("unexpected error reading %s", found.path)
+                yield FailedFile(str(found.path), f"unexpected {type(exc).__name__}: {exc}")
 
     def ingest_documents(
         self,
@@ -83,9 +121,12 @@ class Ingestor:
         allowed_users: str | Sequence[str] | None = None,
         metadata: dict[str, Any] | None = None,
         progress: Progress | None = None,
+        dry_run: bool = False,
     ) -> IngestReport:
-        """Ingest already loaded documents (e.g. records of a dataset), streaming in batches."""
-        report = IngestReport()
+        """Ingest already loaded documents (e.g. records of a dataset), streaming in batches.
+
+        ``dry_run``: read and compare only; the report lists what would be added and updated."""
+        report = IngestReport(dry_run=dry_run)
         started = time.perf_counter()
         pending: list[PreparedDocument] = []
         pending_nodes = 0
@@ -105,6 +146,11 @@ class Ingestor:
                     report.unchanged.append(record.source)
                     if progress:
                         progress(record.source, "unchanged")
+                    continue
+                if dry_run:
+                    with self._db.connection() as conn:
+                        exists = bool(stored_document_ids(conn, [record.document_id]))
+                    (report.updated if exists else report.added).append(record.source)
                     continue
                 chunks = build_chunks(
                     loaded, record.document_id, self._settings.chunk_sizes, self._settings.chunk_overlap,

@@ -43,6 +43,8 @@ class IngestReport:
     unchanged: list[str] = field(default_factory=list)
     failed: list[FailedFile] = field(default_factory=list)
     warnings: list[FileWarning] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)  # by a sync: documents whose files are gone
+    dry_run: bool = False  # a sync's plan: the lists say what it would do, nothing was written
     nodes_written: int = 0
     leaves_embedded: int = 0
     embeddings_reused: int = 0
@@ -67,8 +69,14 @@ class IngestReport:
         printer.text("\n".join(lines))
 
     def summary(self) -> str:
+        if self.dry_run:
+            return (
+                f"plan (dry run, nothing written): {len(self.added)} to add, {len(self.updated)} to update, "
+                f"{len(self.deleted)} to delete, {len(self.unchanged)} unchanged, {len(self.failed)} failed"
+            )
+        deleted = f"{len(self.deleted)} deleted, " if self.deleted else ""
         return (
-            f"{len(self.added)} added, {len(self.updated)} updated, {len(self.unchanged)} unchanged, "
+            f"{len(self.added)} added, {len(self.updated)} updated, {len(self.unchanged)} unchanged, {deleted}"
             f"{len(self.failed)} failed; {self.nodes_written} nodes written in {self.seconds:.1f} s"
             + (f"; {len(self.warnings)} warning(s)" if self.warnings else "")
         )

@@ -61,6 +61,15 @@ def document_ids_matching(conn: psycopg.Connection, document_ids: Sequence[str],
     ]
 
 
+def documents_under(conn: psycopg.Connection, folder: str) -> dict[str, str]:
+    """Source -> document id of the stored documents ingested from files under ``folder`` (an absolute path)."""
+    prefix = folder.rstrip("/") + "/"
+    return {
+        r[0]: r[1]
+        for r in conn.execute("SELECT source, document_id FROM rag_documents WHERE starts_with(source, %s)", (prefix,))
+    }
+
+
 def unmatched_labels(conn: psycopg.Connection, labels: Sequence[str], *, by_path: bool) -> set[str]:
     """The labels that name no stored document: by id, or (``by_path``) by id, source or source-path suffix."""
     sql = (
