@@ -37,7 +37,7 @@ def show_result(res: QueryResult) -> None:
     if res.citations:
         table = Table(show_header=True, box=None)
         for column in ("", "source", "page", "section", "quote"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")  # a long path wraps, never loses its end
         for c in res.citations:
             web = " (web)" if c.kind == "web" else ""
             table.add_row(c.label, f"{c.source}{web}", str(c.page or ""), c.section, c.quote[:90])

@@ -138,3 +138,19 @@ def test_ask_shows_each_step_with_its_seconds_and_the_draft_before_the_checked_a
     draft = next(line for line in progress if line.startswith("  draft, not yet checked: "))
     assert "27 days" in draft and progress.index(draft) < progress.index("  check ...")
     assert "27 days" in result.stdout and "draft" not in result.stdout  # stdout: the checked answer only
+
+
+def test_ask_wraps_a_long_source_instead_of_cutting_it(
+    fresh_dsn: str, tmp_path: Path, embed_model: Any, monkeypatch: Any
+) -> None:
+    rag = _scripted_rag(fresh_dsn, tmp_path, embed_model)
+    monkeypatch.setattr(cli_ask, "open_rag", lambda config, data_dir: rag)
+    result = CliRunner().invoke(app, ["ask", "How many days of annual leave do staff get?", "--user", "ann",
+                                      "--groups", "staff"], terminal_width=60)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    source = str((tmp_path / "leave.md").resolve())
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["source", "page"])
+    start, end = lines[header].index("source"), lines[header].index("page")
+    rows = lines[header + 1 : next(i for i, line in enumerate(lines) if line.startswith("decision"))]
+    assert len(source) > 40 and "".join(line[start:end].strip() for line in rows) == source
