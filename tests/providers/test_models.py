@@ -193,6 +193,23 @@ def test_local_embedding_handles_empty_and_long_input() -> None:
     assert model.embed_batch([]).shape == (0, 384)
 
 
+def test_a_batch_call_embeds_in_token_length_order_and_answers_in_the_given_order() -> None:
+    model = LocalMiniLMEmbedding(embed_batch_size=3)
+    texts = [("word " * n).strip() for n in (40, 2, 90, 5, 60, 1, 120, 3, 75)]  # long and short interleaved
+    batches: list[list[int]] = []
+    encode = model._encode
+
+    def recording(batch: list[str]) -> np.ndarray:
+        batches.append([len(t.split()) for t in batch])
+        return encode(batch)
+
+    model._encode = recording  # type: ignore[method-assign]
+    vectors = np.array(model.get_text_embedding_batch(texts))
+    assert batches == [[1, 2, 3], [5, 40, 60], [75, 90, 120]]  # each batch pads only to a near length
+    single = np.array([model.get_text_embedding(t) for t in texts])
+    assert np.allclose(vectors, single, atol=1e-5)  # padding changes nothing; results in the given order
+
+
 # --- no environment changes, offline loading in a clean process -----------------------------------
 
 _CLEAN_PROCESS = """
