@@ -44,6 +44,8 @@ def _word(path: Path) -> Path:
         table.cell(r, 0).text, table.cell(r, 1).text = city, cap
     d.add_heading("Meals", 1)
     d.add_paragraph("The per diem is 40 EUR.")
+    d.add_paragraph("Ask your manager", style="List Number")
+    d.add_paragraph("Claim within 30 days", style="List Number")
     d.save(path)
     return path
 
@@ -88,6 +90,7 @@ def test_word_headings_become_breadcrumbs_lists_and_tables_stay_whole(tmp_path: 
     table = by_text["City | Cap\nParis | 150\nRome | 130"]
     assert table.kind == "table" and table.heading_path == ("Booking", "Hotels")
     assert by_text["The per diem is 40 EUR."].heading_path == ("Meals",)
+    assert by_text["1. Ask your manager\n2. Claim within 30 days"].kind == "list"
 
 
 def test_word_tracked_changes_read_as_accepted_and_comments_are_not_indexed(tmp_path: Path) -> None:

@@ -48,11 +48,16 @@ def read_word(raw: bytes, path: Path) -> Parsed:
         level = _heading_level(item, style)
         if style.casefold() == "title" or level is not None:
             flush()
-            if not outline.is_title(text, loose=level == 1) and style.casefold() != "title":
+            if outline.is_title(text, loose=level in (None, 1)):
+                continue  # the document's title is not repeated in every breadcrumb
+            if level is None:
+                outline.add(text)  # a second Title-styled line (a subtitle) is text
+            else:
                 outline.heading(text, level)
             continue
         if _is_list_item(item, style):
-            pending.append(f"{'1.' if 'number' in style.casefold() else '-'} {one_line(text)}")
+            marker = f"{len(pending) + 1}." if "number" in style.casefold() else "-"
+            pending.append(f"{marker} {one_line(text)}")
             continue
         flush()
         outline.add(text)
