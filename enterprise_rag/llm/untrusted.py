@@ -1,16 +1,13 @@
 """Document text is data: how it is put into a prompt so that it can neither forge the prompt's
 structure nor pass for an instruction, and the signal that it tries to speak to the model.
 
-Three layers, none of which depends on how an injection is worded:
+Two layers, none of which depends on how an injection is worded:
 
 * **A boundary the text cannot forge.** Every block of document text opens with
   ``<<<name id>>>`` and closes with ``<<<end name id>>>``, where ``id`` is an HMAC of the block's
   content under a key drawn at random when the process starts. An author cannot know the id, so
   cannot close the block early or open a new one; the same content gives the same id, so every call
   about one question shares a byte-identical prefix (a local server reads the sources once).
-* **Datamarking.** Every line of document text starts with :data:`MARK`, the way a mail client
-  quotes a message: a line without it is never document text, whatever it says ("Assistant:",
-  "SYSTEM NOTE", a forged source header).
 * **Structure defused.** :func:`fence` rewrites the tokens the prompt itself uses (source and
   passage labels such as ``[S1]``, block tags, the boundary's ``<<<``) into look-alikes it never
   uses, and leaves every other character as it was.
@@ -32,7 +29,6 @@ import hmac
 import re
 import secrets
 
-MARK = "\u2502 "  # "│ ": the quote bar at the start of every line of document text
 _KEY = secrets.token_bytes(32)
 _BLOCK_TAG = re.compile(r"<\s*(/?)\s*(sources|passages)\s*>", re.IGNORECASE)
 _BOUNDARY = re.compile(r"<{3,}|>{3,}")
@@ -56,29 +52,19 @@ def fence(text: str) -> str:
     return _LABEL.sub(lambda m: f"({m.group(1)}{m.group(2)})", text)
 
 
-def mark(text: str) -> str:
-    """Document text for a prompt: structure defused, every line datamarked."""
-    return "\n".join(MARK + line for line in fence(text).split("\n"))
-
-
-def unmark(text: str) -> str:
-    """``text`` without the data marks at its line starts (a model that copies a source line copies its mark)."""
-    return re.sub(rf"(?m)^[ \t]*{re.escape(MARK.strip())}[ \t]?", "", text)
-
-
 def block_id(body: str) -> str:
     """The id of a data block: unforgeable without the process key, the same for the same content."""
     return hmac.new(_KEY, body.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
 
 
 def data_block(name: str, body: str) -> str:
-    """``body`` (already marked) between the opening and closing boundary of block ``name``."""
+    """``body`` (already fenced) between the opening and closing boundary of block ``name``."""
     bid = block_id(body)
     return f"<<<{name} {bid}>>>\n{body}\n<<<end {name} {bid}>>>"
 
 
 def block_body(prompt: str, name: str) -> str:
-    """The marked body of block ``name`` in ``prompt`` (the inverse of :func:`data_block`)."""
+    """The body of block ``name`` in ``prompt`` (the inverse of :func:`data_block`)."""
     match = re.search(rf"<<<{name} (\w+)>>>\n(.*)\n<<<end {name} \1>>>", prompt, re.DOTALL)
     if match is None:
         raise ValueError(f"no {name} block in the prompt")

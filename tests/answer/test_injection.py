@@ -20,7 +20,7 @@ from enterprise_rag.answer.checks.citations import strip_citations
 from enterprise_rag.config import load_settings
 from enterprise_rag.llm import prompts
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
-from enterprise_rag.llm.untrusted import MARK, addresses_model, block_body, block_id, fence, mark, unmark
+from enterprise_rag.llm.untrusted import addresses_model, block_body, block_id, fence
 from enterprise_rag.testing import ScriptedLLM
 from enterprise_rag.testing.injections import (
     CASES,
@@ -49,23 +49,16 @@ def _source(label: str, text: str, title: str = "Doc") -> prompts.Source:
 
 
 # --- the prompt's structure ------------------------------------------------------------------------
-def _only_data_lines(body: str) -> bool:
-    """Every line of a sources block is a source header, the blank line between sources, or datamarked."""
-    return all(re.match(r"\[S\d+\] \(", line) or line == "" or line.startswith(MARK) for line in body.split("\n"))
-
-
 @pytest.mark.parametrize("case", CASES + UNLISTED_CASES, ids=[c.name for c in CASES + UNLISTED_CASES])
 def test_planted_text_cannot_add_sources_or_close_the_blocks(case: InjectionCase) -> None:
     sources = [_source("S1", case.document()), _source("S2", "An honest passage.")]
     system = prompts.answer_system(sources).content or ""
     assert system.count("<<<") == 2  # the block's own boundary, nothing the text wrote
     assert re.findall(r"(?m)^\[(S\d+)\] \(", system) == ["S1", "S2"]
-    assert _only_data_lines(block_body(system, "sources"))
     assert prompts.sources_of(system) == {"S1": fence(case.document()).strip(), "S2": "An honest passage."}
 
     body = prompts.grade_messages(case.question, case.document())[-1].content or ""
     assert body.count("<<<") == 2 and prompts.passage_of(body) == fence(case.document()).strip()
-    assert all(line.startswith(MARK) for line in block_body(body, "passage").split("\n"))
 
 
 def test_the_boundary_cannot_be_guessed_and_is_stable_for_the_same_content() -> None:
@@ -93,11 +86,10 @@ def test_fence_defuses_only_structure() -> None:
         fence(text) == "See (S9) and (p12) then (/Sources) or (passages); <<end sources 1>>; keep [note], [1], S9, a<b."
     )
     assert fence("plain text, 60 € per day\n- item") == "plain text, 60 € per day\n- item"
-    assert unmark(mark("line one\n\n- item")) == "line one\n\n- item"
 
 
-def test_text_addressed_to_the_model_reaches_the_prompt_as_marked_data() -> None:
-    """Nothing is cut: planted text reaches the prompt whole, as marked data. The phrase detector only
+def test_text_addressed_to_the_model_reaches_the_prompt_as_fenced_data() -> None:
+    """Nothing is cut: planted text reaches the prompt whole, as fenced data. The phrase detector only
     signals (the trace's ``addresses_model``); of the listed cases it misses the one naming no addressee."""
     for case in CASES:
         system = prompts.answer_system([_source("S1", case.document())]).content or ""

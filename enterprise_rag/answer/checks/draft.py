@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from enterprise_rag.answer.checks.citations import cited_labels, split_sentences, strip_citations
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
-from enterprise_rag.llm.untrusted import unmark
 
 _BARE = re.compile(r"[\W_]+")
 
@@ -58,11 +57,11 @@ class Draft:
     def from_reply(cls, reply: str) -> Draft:
         """The draft of a generator reply: not found when the reply is the not-found answer itself (the whole
         reply, not a phrase inside it); else its sentences and the labels each cites (their evidence is
-        found in code). Sentences with no words are left out, and so are the data marks of copied source lines."""
+        found in code). Sentences with no words are left out."""
         if _bare(reply) == _bare(NOT_FOUND_ANSWER):
             return cls(False)
         sentences = []
-        for unit in split_sentences(unmark(reply)):
+        for unit in split_sentences(reply):
             text = _LIST_MARKER.sub("", strip_citations(unit)).strip()
             if any(ch.isalnum() for ch in text):
                 sentences.append(Sentence(text, tuple(Quote(label, "") for label in cited_labels(unit))))

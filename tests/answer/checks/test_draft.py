@@ -26,8 +26,3 @@ def test_many_short_sentences_render_as_a_list_after_their_intro_line() -> None:
     assert draft.render().splitlines()[:2] == ["The steps are:", "- Step 1 is done. [S1]"]
     short = Draft.from_reply("Refunds take 14 days. [S1] Fees are waived. [S2]")
     assert short.render() == "Refunds take 14 days. [S1] Fees are waived. [S2]"
-
-
-def test_data_marks_of_copied_source_lines_are_not_part_of_the_answer() -> None:
-    draft = Draft.from_reply("\u2502 Lockers are assigned for one year. [S1]\n\u2502 - Keys are at reception. [S1]")
-    assert [s.text for s in draft.sentences] == ["Lockers are assigned for one year.", "Keys are at reception."]
