@@ -179,7 +179,7 @@ class IngestSettings(_Section):
     )
     chunk_overlap: int = Field(16, ge=0, description="Token overlap between sibling chunks.")
     max_file_mb: float = Field(25.0, gt=0, description="Larger files are refused with a clear reason.")
-    write_batch_size: int = Field(512, ge=1, description="Nodes per bulk write.")
+    write_batch_size: int = Field(512, ge=1, description="Nodes per write transaction.")
 
     @field_validator("chunk_sizes")
     @classmethod

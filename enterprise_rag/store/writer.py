@@ -9,14 +9,18 @@ never both or neither. Stock ``PGVectorStore.add`` inserts row by row; this is t
 The BM25 statistics of the full-text search (``rag_bm25_*``, see
 ``enterprise_rag/sql/0003_bm25.sql``) follow every node insert, delete and text change through
 statement-level triggers, in the same transaction: one trigger run per statement,
-so the writer's DELETE and INSERT each cost one run per batch. A bulk write (see
-:func:`write_documents`) turns them off and recounts once instead.
+so the writer's DELETE and INSERT each cost one run per batch.
+
+Writes never take a lock that readers wait for: every index stays in place and is kept up to date
+by the INSERT (row locks and MVCC only), so a query during a large ingest sees the store as of the
+last committed batch, at full speed. (An earlier bulk path dropped the indexes inside the write
+transaction and rebuilt them at commit; the DROP's exclusive lock held every reader until then.)
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,13 +75,9 @@ def _node_rows(doc: PreparedDocument) -> Iterable[tuple[object, ...]]:
         )  # fmt: skip
 
 
-def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument], *, bulk: bool | None = None) -> int:
+def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument]) -> int:
     """Replace each document's nodes in one transaction; return the number of nodes written.
 
-    ``bulk`` (default: decided here) loads the rows with the costly indexes and the BM25 triggers
-    off, then builds them once, inside the same transaction: chosen when the batch holds at least
-    as many leaves as the store, where one build is cheaper than row-by-row maintenance (an HNSW
-    build is several times faster than as many inserts). Readers wait for the commit meanwhile.
     A document whose id belongs to another source raises :class:`IngestError` naming it, and
     nothing of the batch is written.
     """
@@ -89,11 +89,6 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument], 
         # Serialise concurrent ingests of the same document; sorted to avoid deadlocks.
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(id)) FROM unnest(%s::text[]) AS id", (ids,))
         refuse_taken_ids(conn, [d.record for d in docs])
-        if bulk is None:
-            batch_leaves = sum(c.is_leaf for d in docs for c in d.chunks)
-            stored = conn.execute("SELECT leaves FROM rag_bm25_stats").fetchone()
-            bulk = stored is not None and batch_leaves >= stored[0]
-        rebuild = _suspend_index_maintenance(conn) if bulk else None
         conn.execute("DELETE FROM rag_nodes WHERE document_id = ANY(%s)", (ids,))
         with conn.cursor() as cur:
             cur.executemany(
@@ -134,8 +129,6 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument], 
                         written += 1
             cur.execute(f"INSERT INTO rag_nodes ({_COLUMNS}) SELECT {_COLUMNS} FROM rag_nodes_incoming")
             cur.execute("DROP TABLE rag_nodes_incoming")
-        if rebuild is not None:
-            rebuild()
     return written
 
 
@@ -157,22 +150,6 @@ def refuse_taken_ids(conn: psycopg.Connection, records: Sequence[DocumentRecord]
                 f"document_id {rec.document_id!r} already belongs to another document; a document cannot take"
                 " another's id (give it a document_id of its own)",
             )
-
-
-def _suspend_index_maintenance(conn: psycopg.Connection) -> Callable[[], None]:
-    """Drop the deferred indexes and turn the BM25 triggers off; return what restores both.
-
-    Owner work, done by the owner's functions of ``enterprise_rag/sql/0007_signed_principal.sql``
-    for a signed service transaction: the indexes come back from their own catalogued definitions,
-    so a migration that changes one is followed automatically. Everything is transactional: a
-    failure rolls it all back.
-    """
-    conn.execute("SELECT rag_suspend_index_maintenance()")
-
-    def restore() -> None:
-        conn.execute("SELECT rag_restore_index_maintenance()")
-
-    return restore
 
 
 def delete_documents(conn: psycopg.Connection, document_ids: Sequence[str]) -> int:
@@ -203,6 +180,6 @@ def existing_embeddings(conn: psycopg.Connection, hashes: Sequence[str]) -> dict
 
 
 def rebuild_bm25_statistics(conn: psycopg.Connection) -> None:
-    """Recount the BM25 statistics from ``rag_nodes`` (after a bulk load with the triggers off)."""
+    """Recount the BM25 statistics from ``rag_nodes`` (a repair: the triggers keep them exact)."""
     with conn.transaction():
         conn.execute("SELECT rag_bm25_rebuild()")

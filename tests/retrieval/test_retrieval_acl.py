@@ -602,7 +602,7 @@ def haystack(server_dsn: str, tmp_path_factory: pytest.TempPathFactory, embed_mo
         docs.append(doc)
     with owner_connection(rag) as conn:
         indexdef = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'rag_nodes_embedding'").fetchone()[0]  # type: ignore[index]
-        conn.execute("DROP INDEX rag_nodes_embedding")  # bulk load, then build the index (as ingest at scale would)
+        conn.execute("DROP INDEX rag_nodes_embedding")  # set-up shortcut: load, then build the index once
         with conn.transaction():
             act_as_service(conn)
             write_documents(conn, docs)

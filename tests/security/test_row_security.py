@@ -185,7 +185,6 @@ def test_the_reader_cannot_write_nor_read_the_private_tables(store: Store) -> No
         "SELECT * FROM rag_meta",
         "SELECT * FROM rag_secrets",
         "SELECT rag_bm25_rebuild()",
-        "SELECT rag_suspend_index_maintenance()",
         "SELECT pg_read_file('postgresql.auto.conf')",
     ):
         with pytest.raises(psycopg.errors.InsufficientPrivilege), store.rag.db.connection_for(p) as conn:
@@ -225,8 +224,8 @@ def test_migration_is_recorded_once_and_the_role_cannot_bypass_rls(store: Store)
             "SELECT relname, relrowsecurity FROM pg_class WHERE relkind = 'r' AND relname LIKE 'rag\\_%'"
             " AND relnamespace = current_schema()::regnamespace"
         ).fetchall())  # fmt: skip
-        private = {"rag_secrets", "rag_deferred_indexes"}  # no grant to any role: no policy needed
-        assert len(rls) == 14 and all(on for name, on in rls.items() if name not in private), rls
+        private = {"rag_secrets"}  # no grant to any role: no policy needed
+        assert len(rls) == 13 and all(on for name, on in rls.items() if name not in private), rls
 
 
 _HOSTILE = st.one_of(
@@ -311,7 +310,7 @@ def test_a_non_superuser_owner_is_told_what_to_grant_and_then_runs_with_rls(stor
 RLS_TABLES = ("rag_documents", "rag_nodes", "rag_acl_leaf_counts", "rag_bm25_stats", "rag_bm25_terms",
               "rag_bm25_postings", "rag_traces", "rag_trace_steps", "rag_llm_calls", "rag_grade_cache", "rag_meta",
               "rag_migrations")  # fmt: skip
-EVERY_TABLE = (*RLS_TABLES, "rag_secrets", "rag_deferred_indexes")
+EVERY_TABLE = (*RLS_TABLES, "rag_secrets")
 
 
 def _rows_or_denied(conn: psycopg.Connection, table: str) -> int | None:
@@ -349,8 +348,6 @@ def test_the_login_role_reads_nothing_and_cannot_become_anyone_else(store: Store
                     assert conn.execute("UPDATE rag_documents SET allowed_groups = '{everyone}'").rowcount == 0
                     with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
                         conn.execute("INSERT INTO rag_traces (trace_id, user_id, question) VALUES ('x', 'a', 'q')")
-                    with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
-                        conn.execute("SELECT rag_suspend_index_maintenance()")
     with owner_connection(store.rag) as conn:
         assert conn.execute("SELECT count(*) FROM rag_documents").fetchone() == (len(ACLS),)
 

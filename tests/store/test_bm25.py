@@ -346,8 +346,11 @@ def _user_triggers(conn: psycopg.Connection) -> dict[str, str]:
     return dict(rows.fetchall())
 
 
-def test_bulk_write_rebuilds_indexes_and_statistics_once(rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path) -> None:
-    """A batch at least as large as the store is written with index upkeep off, then rebuilt; a smaller one is not."""
+def test_writes_keep_the_indexes_and_triggers_and_the_statistics_exact(
+    rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path
+) -> None:
+    """Every write, into an empty store or a larger one, keeps the indexes (same oids) and the
+    triggers on, and the triggers leave the statistics exact; a failed write changes nothing."""
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "alpha.md").write_text(_md("Alpha policy", "Refunds of annual plans take thirty days."), "utf-8")
@@ -355,34 +358,27 @@ def test_bulk_write_rebuilds_indexes_and_statistics_once(rag: EnterpriseRAG, fre
     rag.db.migrate()
     with psycopg.connect(fresh_dsn) as conn:
         before, triggers = _index_oids(conn), _user_triggers(conn)
-    assert len(rag.ingest(docs).added) == 2  # into the empty store: the bulk path
-    _assert_exact(fresh_dsn, "after a bulk write")
+    assert set(triggers.values()) == {"O"}
+    assert len(rag.ingest(docs).added) == 2  # into the empty store
+    _assert_exact(fresh_dsn, "after the first write")
+    (docs / "gamma.md").write_text(_md("Gamma", "Audits go to the board."), "utf-8")
+    assert len(rag.ingest(docs / "gamma.md").added) == 1  # a small batch into a larger store
+    _assert_exact(fresh_dsn, "after a second write")
     with psycopg.connect(fresh_dsn) as conn:
-        after_bulk = _index_oids(conn)
-        assert {n: d for n, (_, d) in after_bulk.items()} == {n: d for n, (_, d) in before.items()}
-        assert after_bulk["rag_nodes_embedding"][0] != before["rag_nodes_embedding"][0], "HNSW was not rebuilt"
-        assert _user_triggers(conn) == triggers and set(triggers.values()) == {"O"}
+        assert _index_oids(conn) == before and _user_triggers(conn) == triggers
     hits = rag.retrieve("annual plan refund", user=STAFF, top_k=1)
     assert "thirty days" in hits[0].node.get_content()
 
-    # a small batch into a larger store keeps the indexes (same oids) and the triggers do the counting
-    (docs / "gamma.md").write_text(_md("Gamma", "Audits go to the board."), "utf-8")
-    assert len(rag.ingest(docs / "gamma.md").added) == 1
-    _assert_exact(fresh_dsn, "after an incremental write")
-    with psycopg.connect(fresh_dsn) as conn:
-        assert _index_oids(conn) == after_bulk
-
-    # a bulk write that fails rolls back whole: indexes, triggers and statistics as they were
     bad = TextNode(id_="bad", text="wrong dimension", embedding=[0.1] * 7, metadata={"allowed_groups": ["staff"]})
     prepared = PgRagVectorStore(rag.db)._prepare("bad-doc", [bad])
     with psycopg.connect(fresh_dsn) as conn:
         register_vector(conn)
         stats = _stored(conn)
-        act_as_service(conn)  # the owner's functions run the bulk path's DDL for a signed service only
+        act_as_service(conn)
         with pytest.raises(psycopg.errors.DataException):
-            write_documents(conn, [prepared], bulk=True)
+            write_documents(conn, [prepared])
         conn.rollback()
-        assert _index_oids(conn) == after_bulk and _user_triggers(conn) == triggers and _stored(conn) == stats
+        assert _index_oids(conn) == before and _user_triggers(conn) == triggers and _stored(conn) == stats
 
 
 def _constraints(conn: psycopg.Connection) -> dict[str, str]:
