@@ -50,7 +50,9 @@ def citations_for(draft: Draft | None, sources: list[Source]) -> list[Citation]:
         for quote in sentence.quotes:
             quotes.setdefault(quote.label, quote.text)
     return [
-        Citation(label, src.source, src.page, src.document_id, quote, src.kind, section_of(src, quote))
+        Citation(
+            label, src.source, src.page, src.document_id, quote, src.kind, section_of(src, quote), src.relative_source
+        )
         for label, quote in quotes.items()
         if (src := by_label.get(label)) is not None
     ]

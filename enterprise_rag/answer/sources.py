@@ -16,6 +16,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
 
+from enterprise_rag.schema.documents import shown_source
 from enterprise_rag.schema.sources import Source, WebResult
 from enterprise_rag.text import STOPWORDS, query_words
 
@@ -29,6 +30,7 @@ def corpus_sources(nodes: list[NodeWithScore]) -> list[Source]:
             title=str(meta.get("title", "")), breadcrumb=str(meta.get("breadcrumb", "")),
             effective_date=meta.get("effective_date"), status=str(meta.get("status", "current")),
             document_id=str(meta.get("document_id", "")), node_id=n.node.node_id,
+            relative_source=shown_source(meta),
         ))  # fmt: skip
     return sources
 
@@ -46,6 +48,7 @@ def web_sources(results: list[WebResult], start: int) -> list[Source]:
             status="current",
             document_id=r.url,
             kind="web",
+            relative_source=r.url,
         )  # fmt: skip
         for i, r in enumerate(results)
     ]

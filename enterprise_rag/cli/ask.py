@@ -40,7 +40,7 @@ def show_result(res: QueryResult) -> None:
             table.add_column(column, overflow="fold")  # a long path wraps, never loses its end
         for c in res.citations:
             web = " (web)" if c.kind == "web" else ""
-            table.add_row(c.label, f"{c.source}{web}", str(c.page or ""), c.section, c.quote[:90])
+            table.add_row(c.label, f"{c.shown_source}{web}", str(c.page or ""), c.section, c.quote[:90])
         out.print(table)
     p, e = res.pipeline, res.evaluation
     flag = "  [bold red]FLAGGED FOR REVIEW[/bold red]" if p["flagged_for_review"] else ""

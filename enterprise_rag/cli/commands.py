@@ -36,6 +36,7 @@ from enterprise_rag.cli.eval import eval_command
 from enterprise_rag.config import load_settings
 from enterprise_rag.errors import ConfigError, ModelError, PermissionDeniedError, RagError, StoreError
 from enterprise_rag.providers.model_files import GGUF_SHA256, install_model
+from enterprise_rag.schema.documents import shown_source
 from enterprise_rag.schema.ingest import IngestReport
 from enterprise_rag.store.embedded import stop_embedded
 
@@ -185,7 +186,8 @@ def search(
     with open_rag(config, data_dir) as rag:
         nodes = rag.retrieve(question, user=Principal(user, split_csv(groups)), top_k=top_k)
     rows = [
-        {"score": round(n.score or 0, 4), "source": n.node.metadata.get("source"), "page": n.node.metadata.get("page"),
+        {"score": round(n.score or 0, 4), "source": n.node.metadata.get("source"),
+         "relative_source": shown_source(n.node.metadata), "page": n.node.metadata.get("page"),
          "breadcrumb": n.node.metadata.get("breadcrumb"), "text": n.node.get_content()}
         for n in nodes
     ]  # fmt: skip
@@ -196,7 +198,7 @@ def search(
         out.print("no passages visible to this user match the question")
     for i, row in enumerate(rows, 1):
         page = f" p.{row['page']}" if row["page"] else ""
-        out.print(f"[bold]{i}. {row['source']}{page}[/bold]  score {row['score']}  ({row['breadcrumb']})")
+        out.print(f"[bold]{i}. {row['relative_source']}{page}[/bold]  score {row['score']}  ({row['breadcrumb']})")
         out.print(str(row["text"])[:400], markup=False, highlight=False)
 
 

@@ -10,10 +10,14 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Found:
-    """A file to ingest, or one refused before reading (``reason`` set)."""
+    """A file to ingest, or one refused before reading (``reason`` set).
+
+    ``root`` is the folder the file was found under: the walked folder, or an explicit file's own folder.
+    """
 
     path: Path
     reason: str | None = None
+    root: Path | None = None
 
 
 def discover(paths: Iterable[str | Path], suffixes: Iterable[str]) -> Iterator[Found]:
@@ -86,4 +90,4 @@ def _check(
         kinds = ", ".join(sorted(allowed))
         yield Found(path, f"unsupported file type {resolved.suffix or '(none)'!r} (supported: {kinds})")
     else:
-        yield Found(resolved)
+        yield Found(resolved, root=top or resolved.parent)

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,7 @@ class Ingestor:
                 yield FailedFile(str(found.path), found.reason)
                 continue
             try:
-                yield read_document(found.path, max_bytes)
+                yield replace(read_document(found.path, max_bytes), root=str(found.root or ""))
             except IngestError as exc:
                 yield FailedFile(exc.path, exc.reason)
             except Exception as exc:  # a reader bug must not sink the batch

@@ -82,4 +82,5 @@ def resolve_record(
         allowed_groups=groups,
         allowed_users=users,
         metadata=extra,
+        root=doc.root,
     )

@@ -17,6 +17,8 @@ from typing import Any
 
 from llama_index.core.schema import NodeWithScore
 
+from enterprise_rag.schema.documents import shown_source
+
 EXCERPT_CHARS = 300
 SUMMARY_CHARS = 160
 LISTED_DOCUMENTS = 30  # per outcome in an ingest report; failures are always all listed
@@ -75,7 +77,7 @@ def query_result_html(result: Any) -> str:
     parts.append(f'<div style="white-space:pre-wrap">{text(result.answer)}</div>')
     parts.append(_heading(f"Citations ({len(result.citations)})"))
     if result.citations:
-        rows = [(c.label, c.kind, c.source, c.page, c.section, c.quote) for c in result.citations]
+        rows = [(c.label, c.kind, c.shown_source, c.page, c.section, c.quote) for c in result.citations]
         parts.append(table(["label", "kind", "source", "page", "section", "quote"], rows))
     else:
         parts.append("<p>no citations</p>")
@@ -91,7 +93,7 @@ def query_result_text(result: Any) -> str:
     """A short plain-text view: answer, citations, confidence."""
     lines = [result.answer, ""]
     lines += [
-        f"[{c.label}] {c.source}" + (f" p.{c.page}" if c.page else "") + (f", {c.section}" if c.section else "")
+        f"[{c.label}] {c.shown_source}" + (f" p.{c.page}" if c.page else "") + (f", {c.section}" if c.section else "")
         for c in result.citations
     ]
     flagged = " FLAGGED FOR REVIEW" if result.pipeline.get("flagged_for_review") else ""
@@ -151,7 +153,7 @@ def retrieval_html(nodes: Sequence[NodeWithScore]) -> str:
             (
                 rank,
                 _score(hit.score),
-                meta.get("source"),
+                shown_source(meta),
                 meta.get("page"),
                 meta.get("title"),
                 meta.get("status"),
@@ -167,7 +169,7 @@ def retrieval_text(nodes: Sequence[NodeWithScore]) -> str:
     for rank, hit in enumerate(nodes, start=1):
         meta = hit.node.metadata
         page = f" p.{meta['page']}" if meta.get("page") else ""
-        lines.append(f"{rank:>2}. {_score(hit.score)}  {meta.get('source')}{page}")
+        lines.append(f"{rank:>2}. {_score(hit.score)}  {shown_source(meta)}{page}")
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -47,6 +48,7 @@ class LoadedDocument:
     properties: dict[str, Any] = field(default_factory=dict)
     page_count: int | None = None
     warnings: list[str] = field(default_factory=list)
+    root: str = ""  # the folder the file was found under: the folder given to ingest, or the file's own
 
 
 def inline_heading(depth: int, text: str) -> str:
@@ -157,18 +159,32 @@ class DocumentRecord:
     allowed_groups: list[str]
     allowed_users: list[str]
     metadata: dict[str, Any] = field(default_factory=dict)
+    root: str = ""  # the folder it was ingested from ("" for documents that are not files)
+
+    @property
+    def relative_source(self) -> str:
+        """``source`` relative to ``root`` when it lies under it (what a person reads), else ``source``."""
+        prefix = self.root.rstrip("/") + "/"
+        return self.source[len(prefix) :] if self.root and self.source.startswith(prefix) else self.source
 
     def node_metadata(self) -> dict[str, Any]:
         """The metadata every node of this document carries."""
         return {
             **self.metadata,
             "source": self.source,
+            "relative_source": self.relative_source,
             "document_id": self.document_id,
             "title": self.title,
             "version": self.version,
             "status": self.status,
             "effective_date": self.effective_date.isoformat() if self.effective_date else None,
         }
+
+
+def shown_source(metadata: Mapping[str, Any]) -> str:
+    """A node's source as a person reads it: relative to the folder it was ingested from (nodes written
+    before that was recorded: the full path)."""
+    return str(metadata.get("relative_source") or metadata.get("source") or "")
 
 
 def document_id_for(source: str) -> str:

@@ -16,7 +16,9 @@ class Citation:
 
     ``kind`` is ``corpus`` or ``web``; ``quote`` is the sentence of the source the citation points at.
     ``page`` is the PDF page or the slide number; ``section`` the headings above the passage below the
-    document title (for a spreadsheet: sheet name and rows, "Prices > rows 22-41").
+    document title (for a spreadsheet: sheet name and rows, "Prices > rows 22-41"). ``source`` is the
+    full path (or URL) the document is stored under, the key delete and sync work by;
+    ``relative_source`` is the same path relative to the folder it was ingested from, for people.
 
     >>> Citation("S1", "policies/refunds.md", 2, "doc-1", "Refunds within 30 days.")["page"]
     2
@@ -29,6 +31,12 @@ class Citation:
     quote: str
     kind: str = "corpus"
     section: str = ""
+    relative_source: str = ""
+
+    @property
+    def shown_source(self) -> str:
+        """The source as a person reads it: relative to its ingest folder where it has one."""
+        return self.relative_source or self.source
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)

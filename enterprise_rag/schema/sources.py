@@ -24,6 +24,7 @@ class Source:
     document_id: str
     kind: str = "corpus"  # or "web"
     node_id: str = ""  # the stored chunk a corpus source came from (web sources have none)
+    relative_source: str = ""  # ``source`` as a person reads it: relative to the folder it was ingested from
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,16 @@ def stored_record(conn: psycopg.Connection, document_id: str) -> DocumentRecord 
     """The stored row of a document as a record, or None when it is not stored."""
     row = conn.execute(
         "SELECT content_hash, allowed_groups, allowed_users, title, version, status, effective_date,"
-        " metadata, source FROM rag_documents WHERE document_id = %s",
+        " metadata, source, root FROM rag_documents WHERE document_id = %s",
         (document_id,),
     ).fetchone()
     if row is None:
         return None
-    content_hash, groups, users, title, version, status, effective_date, metadata, source = row
+    content_hash, groups, users, title, version, status, effective_date, metadata, source, root = row
     return DocumentRecord(
         document_id=document_id, source=source, title=title, version=version, status=status,
         effective_date=effective_date, content_hash=content_hash, allowed_groups=groups, allowed_users=users,
-        metadata=metadata,
+        metadata=metadata, root=root,
     )  # fmt: skip
 
 

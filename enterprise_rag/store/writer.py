@@ -93,13 +93,14 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument]) 
         with conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO rag_documents (document_id, source, title, version, status, effective_date,"
-                " content_hash, allowed_groups, allowed_users, metadata, node_count)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " content_hash, allowed_groups, allowed_users, metadata, node_count, root)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (document_id) DO UPDATE SET source = EXCLUDED.source, title = EXCLUDED.title,"
                 " version = EXCLUDED.version, status = EXCLUDED.status,"
                 " effective_date = EXCLUDED.effective_date, content_hash = EXCLUDED.content_hash,"
                 " allowed_groups = EXCLUDED.allowed_groups, allowed_users = EXCLUDED.allowed_users,"
-                " metadata = EXCLUDED.metadata, node_count = EXCLUDED.node_count, updated_at = now()",
+                " metadata = EXCLUDED.metadata, node_count = EXCLUDED.node_count, root = EXCLUDED.root,"
+                " updated_at = now()",
                 [
                     (
                         d.record.document_id,
@@ -113,6 +114,7 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument]) 
                         d.record.allowed_users,
                         json.dumps(d.record.metadata),
                         len(d.chunks),
+                        d.record.root,
                     )  # fmt: skip
                     for d in docs
                 ],

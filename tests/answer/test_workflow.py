@@ -435,6 +435,7 @@ def test_a_negative_fact_is_an_answer_with_its_citation(make_rag: MakeRag, tmp_p
     assert generator.count("revise") == 0
     (citation,) = res.citations
     assert citation.source.endswith("travel.md") and "pre-approve trips" in citation.quote
+    assert citation.relative_source == "travel.md"  # relative to the folder it was ingested from
 
 
 def test_a_sentence_copied_from_a_source_gets_that_source(make_rag: MakeRag) -> None:

@@ -75,6 +75,32 @@ def test_sync_adds_changes_renames_and_deletes_and_a_second_run_does_nothing(
     assert (again.added, again.updated, again.deleted, again.nodes_written) == ([], [], [], 0)
 
 
+def test_sources_read_relative_to_the_folder_they_were_ingested_from(
+    rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path
+) -> None:
+    """Nodes carry the source relative to the ingested folder (a lone file: its name) beside the full path;
+    delete and sync still work by path, and a sync of the same folder rewrites nothing."""
+    root = _write(tmp_path / "share", DOCS)
+    memo = _write(tmp_path, {"memo.md": "# Memo\n\nThe canteen opens at noon.\n"}) / "memo.md"
+    assert len(rag.ingest(root, allowed_groups=["staff"]).added) == 3
+    assert len(rag.ingest(memo, allowed_groups=["staff"]).added) == 1
+
+    def shown() -> dict[str, str]:
+        hits = rag.retrieve("leave trains hotels canteen", user=ADMIN, top_k=10)
+        return {n.node.metadata["relative_source"]: n.node.metadata["source"] for n in hits}
+
+    assert shown() == {
+        "leave.md": str(root.resolve() / "leave.md"),
+        "travel/trains.md": str(root.resolve() / "travel" / "trains.md"),
+        "travel/hotels.md": str(root.resolve() / "travel" / "hotels.md"),
+        "memo.md": str(memo.resolve()),
+    }
+    assert rag.sync(root, allowed_groups=["staff"]).summary().startswith("0 added, 0 updated, 3 unchanged")
+    assert rag.delete(root / "travel" / "hotels.md")
+    assert set(shown()) == {"leave.md", "travel/trains.md", "memo.md"}
+    assert_consistent(fresh_dsn)
+
+
 def test_a_missing_root_is_an_error_and_deletes_nothing(rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path) -> None:
     root = _write(tmp_path / "share", DOCS)
     rag.sync(root, allowed_groups=["staff"])
