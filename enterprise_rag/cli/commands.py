@@ -25,6 +25,7 @@ from enterprise_rag.cli.common import (
     GroupsOpt,
     JsonOpt,
     UserOpt,
+    document_progress,
     err,
     open_rag,
     out,
@@ -98,11 +99,8 @@ def ingest(
 ) -> None:
     """Ingest documents with their ACL (from --groups/--users or each file's front-matter)."""
     with open_rag(config, data_dir) as rag, progress_bar() as bar:
-        task = bar.add_task("ingesting", total=None)
-        report = rag.ingest(
-            paths, allowed_groups=split_csv(groups), allowed_users=split_csv(users),
-            progress=lambda source, outcome: bar.update(task, advance=1, description=f"{outcome}: {Path(source).name}"),
-        )  # fmt: skip
+        report = rag.ingest(paths, allowed_groups=split_csv(groups), allowed_users=split_csv(users),
+                            progress=document_progress(bar, "ingesting"))  # fmt: skip
     show_report(report, as_json)
 
 
@@ -118,11 +116,8 @@ def sync(
 ) -> None:
     """Sync a folder: add new files, replace changed ones, delete the documents whose files are gone."""
     with open_rag(config, data_dir) as rag, progress_bar() as bar:
-        task = bar.add_task("syncing", total=None)
-        report = rag.sync(
-            folder, allowed_groups=split_csv(groups), allowed_users=split_csv(users), dry_run=dry_run,
-            progress=lambda source, outcome: bar.update(task, advance=1, description=f"{outcome}: {Path(source).name}"),
-        )  # fmt: skip
+        report = rag.sync(folder, allowed_groups=split_csv(groups), allowed_users=split_csv(users), dry_run=dry_run,
+                          progress=document_progress(bar, "syncing"))  # fmt: skip
     show_report(report, as_json)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
@@ -67,6 +68,12 @@ def progress_bar() -> Progress:
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=err, transient=True, disable=not err.is_terminal,
     )  # fmt: skip
+
+
+def document_progress(bar: Progress, label: str) -> Callable[[str, str], None]:
+    """An ingest progress callback: each document advances a new task of ``bar`` and shows its outcome."""
+    task = bar.add_task(label, total=None)
+    return lambda source, outcome: bar.update(task, advance=1, description=f"{outcome}: {Path(source).name}")
 
 
 def print_json(data: Any) -> None:

@@ -1,6 +1,9 @@
 """Ingestion: discover -> read -> resolve ACL -> chunk -> embed (deduplicated) -> bulk write.
 
-Files stream through in batches, so memory stays bounded on large folders.
+Files stream through in batches, so memory stays bounded on large folders. A
+batch is written by a background thread while the next one is read and embedded
+(the write's index upkeep runs in the database server, beside the embedding);
+its outcome is booked, and ``progress`` called, on the caller's thread.
 A file that fails is reported with its path and reason and never stops the
 rest; a batch is written in one transaction, so the store never holds half a
 document. A document id belongs to the source first stored under it: a file that
@@ -14,7 +17,8 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +50,16 @@ logger = logging.getLogger(__name__)
 def _count_tokens() -> Callable[[str], int]:
     tokenizer = get_tokenizer()
     return lambda text: len(tokenizer(text))
+
+
+@dataclass
+class _Written:
+    """The outcome of one batch's write: (source, "added" | "updated") per document, failures, nodes, seconds."""
+
+    outcomes: list[tuple[str, str]]
+    failed: list[tuple[str, str]]
+    nodes: int
+    seconds: float
 
 
 class Ingestor:
@@ -129,9 +143,27 @@ class Ingestor:
         ``dry_run``: read and compare only; the report lists what would be added and updated."""
         report = IngestReport(dry_run=dry_run)
         started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="erag-write") as writer:
+            self._stream(iter(documents), report, writer, allowed_groups, allowed_users, metadata, progress)
+        report.seconds = time.perf_counter() - started
+        logger.info("ingest: %s", report.summary())
+        return report
+
+    def _stream(
+        self,
+        documents: Iterator[LoadedDocument | FailedFile],
+        report: IngestReport,
+        writer: ThreadPoolExecutor,
+        allowed_groups: str | Sequence[str] | None,
+        allowed_users: str | Sequence[str] | None,
+        metadata: dict[str, Any] | None,
+        progress: Progress | None,
+    ) -> None:
+        """Read, chunk and embed batch after batch; each batch's write overlaps the next batch's work."""
+        dry_run = report.dry_run
         pending: list[PreparedDocument] = []
         pending_nodes = 0
-        documents = iter(documents)
+        in_flight: Future[_Written] | None = None
         while True:
             t0 = time.perf_counter()
             loaded = next(documents, None)
@@ -167,12 +199,11 @@ class Ingestor:
             pending.append(PreparedDocument(record=record, chunks=chunks))
             pending_nodes += len(chunks)
             if pending_nodes >= self._settings.write_batch_size:
-                self._flush(pending, report, progress)
+                in_flight = self._flush(pending, report, progress, writer, in_flight)
                 pending, pending_nodes = [], 0
-        self._flush(pending, report, progress)
-        report.seconds = time.perf_counter() - started
-        logger.info("ingest: %s", report.summary())
-        return report
+        if pending:
+            in_flight = self._flush(pending, report, progress, writer, in_flight)
+        self._book(in_flight, report, progress)
 
     def _fail(self, report: IngestReport, path: str, reason: str, progress: Progress | None) -> None:
         logger.warning("not ingested: %s: %s", path, reason)
@@ -190,26 +221,49 @@ class Ingestor:
             refuse_taken_ids(conn, [record])
             return stored_record(conn, record.document_id) == record
 
-    def _flush(self, docs: list[PreparedDocument], report: IngestReport, progress: Progress | None) -> None:
-        if not docs:
-            return
+    def _flush(
+        self,
+        docs: list[PreparedDocument],
+        report: IngestReport,
+        progress: Progress | None,
+        writer: ThreadPoolExecutor,
+        in_flight: Future[_Written] | None,
+    ) -> Future[_Written]:
+        """Embed ``docs``, book the write still in flight, then hand ``docs`` to the writer thread."""
         self._embed(docs, report)
+        self._book(in_flight, report, progress)
+        return writer.submit(self._write, docs)
+
+    def _write(self, docs: list[PreparedDocument]) -> _Written:
+        """Write one batch (on the writer thread); a document whose id is taken fails alone."""
         t0 = time.perf_counter()
+        failed: list[tuple[str, str]] = []
+        nodes = 0
         with self._db.connection() as conn:
             while docs:
                 existing = stored_document_ids(conn, [d.record.document_id for d in docs])
                 try:
-                    report.nodes_written += write_documents(conn, docs)
+                    nodes = write_documents(conn, docs)
                     break
                 except IngestError as exc:  # an id taken since it was checked, or twice in this batch
-                    self._fail(report, exc.path, exc.reason, progress)
+                    failed.append((exc.path, exc.reason))
                     docs = [d for d in docs if d.record.source != exc.path]
-        report.seconds_write += time.perf_counter() - t0
-        for doc in docs:
-            outcome = "updated" if doc.record.document_id in existing else "added"
-            (report.updated if outcome == "updated" else report.added).append(doc.record.source)
+        outcomes = [(d.record.source, "updated" if d.record.document_id in existing else "added") for d in docs]
+        return _Written(outcomes, failed, nodes, time.perf_counter() - t0)
+
+    def _book(self, in_flight: Future[_Written] | None, report: IngestReport, progress: Progress | None) -> None:
+        """Wait for the write in flight (its error, if any, is raised here) and book its outcome."""
+        if in_flight is None:
+            return
+        written = in_flight.result()
+        for path, reason in written.failed:
+            self._fail(report, path, reason, progress)
+        report.nodes_written += written.nodes
+        report.seconds_write += written.seconds
+        for source, outcome in written.outcomes:
+            (report.updated if outcome == "updated" else report.added).append(source)
             if progress:
-                progress(doc.record.source, outcome)
+                progress(source, outcome)
 
     def _embed(self, docs: list[PreparedDocument], report: IngestReport) -> None:
         """Embed each distinct leaf text once, reusing vectors already in the store."""

@@ -686,3 +686,28 @@ def test_metadata_argument_lands_on_document_and_nodes(rag: EnterpriseRAG, fresh
         assert node_meta["department"] == "ops"
         assert node_meta["effective_date"] == "2025-01-31" and node_meta["status"] == "draft"
         assert node_meta["page"] is None and node_meta["title"] == "Memo"
+
+
+def test_writes_behind_the_next_batch_are_booked_on_the_callers_thread(
+    fresh_dsn: str, tmp_path: Path, embed_model: Any
+) -> None:
+    """With one document per batch, each write runs while the next document is read and embedded; every
+    outcome still reaches the report and ``progress`` on the caller's thread, and a document that claims an
+    id taken by the batch before it (checked at read time or by the write, whichever comes first) fails alone."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in "abcdef":
+        front = {"document_id": "shared-id"} if name in "de" else {}
+        (docs / f"{name}.md").write_text(markdown_doc(f"Doc {name}", f"Section {name} of the handbook.", **front))
+    calls: list[tuple[str, str, bool]] = []
+    settings = load_settings(None, database={"dsn": fresh_dsn}, ingest={"write_batch_size": 1})
+    with EnterpriseRAG(data_dir=tmp_path / "data", settings=settings, embed_model=embed_model) as rag:
+        report = rag.ingest(docs, allowed_groups=["staff"], progress=lambda source, outcome: calls.append(
+            (Path(source).name, outcome, threading.current_thread() is threading.main_thread())))  # fmt: skip
+    assert sorted(calls) == [(f"{n}.md", "failed" if n == "e" else "added", True) for n in "abcdef"]
+    assert sorted(Path(s).name for s in report.added) == ["a.md", "b.md", "c.md", "d.md", "f.md"]
+    assert [Path(f.path).name for f in report.failed] == ["e.md"]
+    assert "'shared-id' already belongs to another" in report.failed[0].reason
+    with psycopg.connect(fresh_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM rag_nodes").fetchone() == (report.nodes_written,)
+    assert_consistent(fresh_dsn)
