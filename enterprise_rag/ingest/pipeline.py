@@ -143,67 +143,55 @@ class Ingestor:
         ``dry_run``: read and compare only; the report lists what would be added and updated."""
         report = IngestReport(dry_run=dry_run)
         started = time.perf_counter()
+        documents = iter(documents)
+        # Each batch is written on a background thread while the next one is read and embedded.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="erag-write") as writer:
-            self._stream(iter(documents), report, writer, allowed_groups, allowed_users, metadata, progress)
+            pending: list[PreparedDocument] = []
+            pending_nodes = 0
+            in_flight: Future[_Written] | None = None
+            while True:
+                t0 = time.perf_counter()
+                loaded = next(documents, None)
+                if loaded is None:
+                    report.seconds_parse += time.perf_counter() - t0
+                    break
+                try:
+                    if isinstance(loaded, FailedFile):
+                        raise IngestError(loaded.path, loaded.reason)
+                    record = resolve_record(loaded, allowed_groups, allowed_users, metadata)
+                    report.warnings += [FileWarning(record.source, message) for message in loaded.warnings]
+                    if self._unchanged(record):
+                        report.unchanged.append(record.source)
+                        if progress:
+                            progress(record.source, "unchanged")
+                        continue
+                    if dry_run:
+                        with self._db.connection() as conn:
+                            exists = bool(stored_document_ids(conn, [record.document_id]))
+                        (report.updated if exists else report.added).append(record.source)
+                        continue
+                    chunks = build_chunks(
+                        loaded, record.document_id, self._settings.chunk_sizes, self._settings.chunk_overlap,
+                        self._count_tokens,
+                    )  # fmt: skip
+                    if not any(c.is_leaf for c in chunks):
+                        raise IngestError(record.source, "no text to index after parsing")
+                except IngestError as exc:
+                    self._fail(report, exc.path, exc.reason, progress)
+                    continue
+                finally:
+                    report.seconds_parse += time.perf_counter() - t0
+                pending.append(PreparedDocument(record=record, chunks=chunks))
+                pending_nodes += len(chunks)
+                if pending_nodes >= self._settings.write_batch_size:
+                    in_flight = self._flush(pending, report, progress, writer, in_flight)
+                    pending, pending_nodes = [], 0
+            if pending:
+                in_flight = self._flush(pending, report, progress, writer, in_flight)
+            self._book(in_flight, report, progress)
         report.seconds = time.perf_counter() - started
         logger.info("ingest: %s", report.summary())
         return report
-
-    def _stream(
-        self,
-        documents: Iterator[LoadedDocument | FailedFile],
-        report: IngestReport,
-        writer: ThreadPoolExecutor,
-        allowed_groups: str | Sequence[str] | None,
-        allowed_users: str | Sequence[str] | None,
-        metadata: dict[str, Any] | None,
-        progress: Progress | None,
-    ) -> None:
-        """Read, chunk and embed batch after batch; each batch's write overlaps the next batch's work."""
-        dry_run = report.dry_run
-        pending: list[PreparedDocument] = []
-        pending_nodes = 0
-        in_flight: Future[_Written] | None = None
-        while True:
-            t0 = time.perf_counter()
-            loaded = next(documents, None)
-            if loaded is None:
-                report.seconds_parse += time.perf_counter() - t0
-                break
-            try:
-                if isinstance(loaded, FailedFile):
-                    raise IngestError(loaded.path, loaded.reason)
-                record = resolve_record(loaded, allowed_groups, allowed_users, metadata)
-                report.warnings += [FileWarning(record.source, message) for message in loaded.warnings]
-                if self._unchanged(record):
-                    report.unchanged.append(record.source)
-                    if progress:
-                        progress(record.source, "unchanged")
-                    continue
-                if dry_run:
-                    with self._db.connection() as conn:
-                        exists = bool(stored_document_ids(conn, [record.document_id]))
-                    (report.updated if exists else report.added).append(record.source)
-                    continue
-                chunks = build_chunks(
-                    loaded, record.document_id, self._settings.chunk_sizes, self._settings.chunk_overlap,
-                    self._count_tokens,
-                )  # fmt: skip
-                if not any(c.is_leaf for c in chunks):
-                    raise IngestError(record.source, "no text to index after parsing")
-            except IngestError as exc:
-                self._fail(report, exc.path, exc.reason, progress)
-                continue
-            finally:
-                report.seconds_parse += time.perf_counter() - t0
-            pending.append(PreparedDocument(record=record, chunks=chunks))
-            pending_nodes += len(chunks)
-            if pending_nodes >= self._settings.write_batch_size:
-                in_flight = self._flush(pending, report, progress, writer, in_flight)
-                pending, pending_nodes = [], 0
-        if pending:
-            in_flight = self._flush(pending, report, progress, writer, in_flight)
-        self._book(in_flight, report, progress)
 
     def _fail(self, report: IngestReport, path: str, reason: str, progress: Progress | None) -> None:
         logger.warning("not ingested: %s: %s", path, reason)
