@@ -18,7 +18,11 @@ measured in the same run: after each question, one plain chat call of the same l
 question's final generation prompt (the last generate / revise call of its trace, behind a fresh first
 line so nothing of it is cached), made to produce as many tokens as that answer had. Printed: seconds per
 question p50/p95, the floor's p50/p95, the median of per-question latency / floor, and prompt tokens
-evaluated vs reused from the server's prompt cache (its own counters, from the trace).
+evaluated vs reused from the server's prompt cache (its own counters, from the trace), and whether the
+sources were evaluated once: for each question, the prefix of its final generation (the system message:
+rules and sources; its length in tokens is the server's count for that message alone) and the least
+share of it that any later call of the same prefix (grades, generation, revisions, check) read from the
+cache; "once" means every later call reused at least 90%.
 ``--comparisons`` adds the saving of the shared prompt prefix (generation -> check) against a cold KV cache
 (grading is measured by benchmarks/grading.py). ``--speculative`` replays every question's final generation
 prompt on fresh engines of the same model without and with llama.cpp's n-gram (prompt lookup)
@@ -88,6 +92,21 @@ def floor_seconds(rag: EnterpriseRAG, trace: dict[str, Any]) -> float | None:
     t0 = time.perf_counter()  # ignore_eos: the same answer length, whatever the model writes after the nonce
     llm.chat(messages, max_tokens=max(1, final[-1]["completion_tokens"]), ignore_eos=True)
     return time.perf_counter() - t0
+
+
+def prefix_reuse(rag: EnterpriseRAG, trace: dict[str, Any]) -> tuple[int, float] | None:
+    """(tokens of the final generation's prefix, the least share of it a later call with that prefix reused);
+    None when fewer than two calls share it."""
+    final = [c for c in trace["llm_calls"] if c["name"] in ("generate", "revise")]
+    if not final:
+        return None
+    system = final[-1]["messages"][0]["content"]
+    shared = [c for c in trace["llm_calls"] if c["messages"][0]["content"] == system]
+    if len(shared) < 2:
+        return None
+    _, raw = timed_chat(rag.providers.generator, [ChatMessage(role="system", content=system)], max_tokens=1)
+    prefix = int(raw.get("usage", {}).get("prompt_tokens", 0)) - 3  # without the assistant header the template adds
+    return prefix, min(c["cached_tokens"] for c in shared[1:]) / max(1, prefix)
 
 
 SPECULATION = {  # name -> (type, n-gram size, draft length); None: llama.cpp's defaults
@@ -259,6 +278,7 @@ def main() -> None:
         by_path: dict[str, list[dict[str, Any]]] = defaultdict(list)
         seconds: list[float] = []
         floors: list[tuple[float, float]] = []  # (latency, floor) of the questions that generated
+        reuse: dict[str, list[float]] = defaultdict(list)  # path -> least prefix share reused per question
         final_prompts: list[list[dict[str, str]]] = []
         rows: list[dict[str, Any]] = []
         print(f"suite {args.suite} ({suite.get('suite', '')}): {len(cases)} answer cases", flush=True)
@@ -269,6 +289,9 @@ def main() -> None:
             seconds.append(time.perf_counter() - t0)
             p = res.pipeline
             trace: dict[str, Any] = rag.trace(res.trace_id, user) or {"llm_calls": []}
+            shared = prefix_reuse(rag, trace)
+            if shared is not None:
+                reuse[path_of(p)].append(shared[1])
             floor = None if args.no_floor else floor_seconds(rag, trace)
             final_prompts += [c["messages"] for c in trace["llm_calls"] if c["name"] in ("generate", "revise")][-1:]
             if floor is not None:
@@ -286,7 +309,8 @@ def main() -> None:
             })  # fmt: skip
             print(f"  {case['id']:44} {'ok  ' if not failures else 'FAIL'} {rows[-1]['type']:14} {path_of(p):9} "
                   f"{p['decision']:8} calls {p['llm_calls']:2}  tokens {p['prompt_tokens']:5}+"
-                  f"{p['completion_tokens']:4} reused {p['cached_tokens']:5}  {seconds[-1]:6.1f} s"
+                  f"{p['completion_tokens']:4} reused {p['cached_tokens']:5}"
+                  f"{f'  prefix {shared[0]:5} reused >= {shared[1]:4.0%}' if shared else ''}  {seconds[-1]:6.1f} s"
                   f"{f'  floor {floor:5.1f} s' if floor is not None else ''}", flush=True)  # fmt: skip
         if rows:
             passed = sum(r["ok"] for r in rows)
@@ -303,6 +327,10 @@ def main() -> None:
                       f"{statistics.mean(r['prompt_tokens'] - r['cached_tokens'] for r in items):10.0f} "
                       f"{statistics.mean(r['cached_tokens'] for r in items):7.0f} "
                       f"{statistics.mean(r['completion_tokens'] for r in items):10.0f}")  # fmt: skip
+            for path, shares in sorted(reuse.items()):
+                once = sum(x >= 0.9 for x in shares)
+                print(f"sources evaluated once ({path}): {once}/{len(shares)} questions whose every later call "
+                      f"reused >= 90% of the final prefix (least share {min(shares):.0%})")  # fmt: skip
             print(
                 f"seconds per query: p50 {statistics.median(seconds):.1f}  p95 {pct(seconds, 0.95):.1f}  "
                 f"({len(seconds)} queries, local model, {len(os.sched_getaffinity(0))} cores)"
