@@ -81,26 +81,32 @@ def timed_chat(llm: Any, messages: list[ChatMessage], **kwargs: Any) -> tuple[fl
     return time.perf_counter() - t0, raw
 
 
+def final_generation(trace: dict[str, Any]) -> dict[str, Any] | None:
+    """The last generate / revise call of ``trace``; None when the question was answered without generating
+    (not found before generation, small talk)."""
+    return next((c for c in reversed(trace["llm_calls"]) if c["name"] in ("generate", "revise")), None)
+
+
 def floor_seconds(rag: EnterpriseRAG, trace: dict[str, Any]) -> float | None:
     """One cold plain chat call of the final generation prompt of ``trace``, as long as its answer."""
-    final = [c for c in trace["llm_calls"] if c["name"] in ("generate", "revise")]
-    if not final:
-        return None  # answered without generating (not found before generation, small talk)
+    final = final_generation(trace)
+    if final is None:
+        return None
     llm = rag.providers.generator
-    messages = [ChatMessage(role=m["role"], content=m["content"]) for m in final[-1]["messages"]]
+    messages = [ChatMessage(role=m["role"], content=m["content"]) for m in final["messages"]]
     messages[0] = ChatMessage(role=messages[0].role, content=f"{uuid.uuid4()}\n{messages[0].content}")
     t0 = time.perf_counter()  # ignore_eos: the same answer length, whatever the model writes after the nonce
-    llm.chat(messages, max_tokens=max(1, final[-1]["completion_tokens"]), ignore_eos=True)
+    llm.chat(messages, max_tokens=max(1, final["completion_tokens"]), ignore_eos=True)
     return time.perf_counter() - t0
 
 
 def prefix_reuse(rag: EnterpriseRAG, trace: dict[str, Any]) -> tuple[int, float] | None:
     """(tokens of the final generation's prefix, the least share of it a later call with that prefix reused);
     None when fewer than two calls share it."""
-    final = [c for c in trace["llm_calls"] if c["name"] in ("generate", "revise")]
-    if not final:
+    final = final_generation(trace)
+    if final is None:
         return None
-    system = final[-1]["messages"][0]["content"]
+    system = final["messages"][0]["content"]
     shared = [c for c in trace["llm_calls"] if c["messages"][0]["content"] == system]
     if len(shared) < 2:
         return None
@@ -293,7 +299,8 @@ def main() -> None:
             if shared is not None:
                 reuse[path_of(p)].append(shared[1])
             floor = None if args.no_floor else floor_seconds(rag, trace)
-            final_prompts += [c["messages"] for c in trace["llm_calls"] if c["name"] in ("generate", "revise")][-1:]
+            if (final := final_generation(trace)) is not None:
+                final_prompts.append(final["messages"])
             if floor is not None:
                 floors.append((seconds[-1], floor))
             by_path[path_of(p)].append(p)
