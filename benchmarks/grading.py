@@ -18,11 +18,13 @@ for the asking user. Two labelled sets:
   with it (a small BM25 over the whole corpus), so the top 5 have hard negatives. A passage is relevant
   when its abstract is in the claim's qrels (unjudged abstracts count as not relevant: a lower bound).
 
-Each passage is graded by the new grader one call at a time (so each call is timed; the calls of one
-question still run in a row and share the prompt cache) without the similarity floor, which gives p(yes)
-for every passage; figures "with floor" then treat passages under the embedding model's floor as "no",
-as the workflow does without asking. The old grader is the code of the commit this branch started from
-(``git merge-base HEAD main``: its grading module and prompt loaded from git), run as it ran in the
+The passages of a question are graded by the new grader as the workflow grades them: numbered and refined
+into one set of sources that every grade call starts with (all ``top_k`` of them here, where the workflow puts
+at most ``max_sources`` in one prefix; its seconds are spread evenly over the passages), without the
+similarity floor, which gives p(yes) for every passage; figures "with floor" then treat passages under the
+embedding model's floor as "no", as the workflow does without asking. The old grader is the code of the
+commit this branch started from (``git merge-base HEAD main``: its grading module and prompt loaded from
+git), run as it ran in the
 workflow (floor 0.12, overrides at similarity >= 0.7 and on headings naming the question's codes or
 acronyms); "old JSON only" reverts its overrides to the model's "no".
 
@@ -62,6 +64,7 @@ from _common import SCIFACT, SHARED, fresh_database, iter_scifact, temp_data_dir
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.answer.checks.grading import Grader
+from enterprise_rag.answer.sources import corpus_sources, refine
 from enterprise_rag.config import load_settings
 from enterprise_rag.evaluation import load_beir
 from enterprise_rag.ingest.pipeline import Ingestor
@@ -212,8 +215,7 @@ def grade_all(
 ) -> tuple[list[Record], list[QuestionTiming]]:  # fmt: skip
     cfg = rag.settings.workflow
     embed = rag.providers.embed_model
-    new = Grader(rag.db, callers["new"], thresholds=(0.0, 1.0), floor=None, passage_chars=cfg.grade_passage_chars,
-                 embed_model=embed)  # fmt: skip
+    new = Grader(rag.db, callers["new"], thresholds=(0.0, 1.0), floor=None)
     old = None
     if old_grader is not None:
         old = old_grader(rag.db, callers["old"], floor=0.12, keep_similarity=0.7,
@@ -221,11 +223,13 @@ def grade_all(
     records: list[Record] = []
     timings: list[QuestionTiming] = []
     for qid, question, nodes, relevant in questions:
+        t0 = time.perf_counter()
+        sources, _ = refine(question, corpus_sources(nodes), embed, cfg.refine_floor)
+        grades = {g.node_id: g for g in new.grade(question, sources)}
+        seconds = (time.perf_counter() - t0) / max(1, len(nodes))
         rows = []
         for node in nodes:
-            t0 = time.perf_counter()
-            (grade,) = new.grade(question, [node])
-            seconds = time.perf_counter() - t0
+            grade = grades[node.node.node_id]
             p = grade.confidence if grade.method in ("llm", "cache") else None
             rows.append(Record(dataset, qid, node.node.node_id, relevant(node), node.node.metadata.get("similarity"),
                                p, seconds))  # fmt: skip

@@ -266,8 +266,8 @@ class WorkflowSettings(_Section):
     grade_passage_chars: int = Field(
         700,
         ge=100,
-        description="Characters of each passage shown to the grader (of a longer one, the window around"
-        " its paragraph most similar to the question).",
+        description="Characters of each source in the small-model retry after a not-found (of a longer one,"
+        " the window around its paragraph most similar to the question).",
     )
     min_yes: int = Field(1, ge=1, description="Passages graded yes needed to proceed without correction.")
     small_model_aids: SmallModelAids = Field(

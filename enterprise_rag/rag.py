@@ -256,11 +256,8 @@ class EnterpriseRAG:
             return self.as_retriever(principal, top_k=top_k).retrieve_with_trace(query)
 
         def grader(caller: LLMCaller) -> Grader:
-            return Grader(
-                self.db, caller, thresholds=cfg.grade_thresholds_for(caller.model_id("grader")),
-                floor=cfg.grade_floor_for(embed_model.model_name), passage_chars=cfg.grade_passage_chars,
-                embed_model=embed_model,
-            )  # fmt: skip
+            return Grader(self.db, caller, thresholds=cfg.grade_thresholds_for(caller.model_id("grader")),
+                          floor=cfg.grade_floor_for(embed_model.model_name))  # fmt: skip
 
         # The web source is built when a query first needs it, not with the workflow.
         def egress_allows(principal: Principal) -> bool:

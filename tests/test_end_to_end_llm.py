@@ -43,13 +43,20 @@ def test_grounded_answer_is_cited_and_checked(local_rag: EnterpriseRAG) -> None:
     assert res.pipeline["llm_calls"] >= 3 and res.evaluation["support"]["label"] != "unknown"
     trace = local_rag.trace(res.trace_id, DANA)
     assert trace is not None and {s["step"] for s in trace["steps"]} >= {"retrieve", "grade", "generate", "check"}
-    # The check starts with generation's prefix (rules and sources): the server's own counter says it read
-    # that prefix from its prompt cache instead of evaluating it again.
-    calls = {c["name"]: c for c in trace["llm_calls"]}
-    generate, check = calls["generate"], calls["check"]
-    prefix = len(prompts.answer_system([]).content or "") // 8  # a lower bound in tokens, without the sources
-    assert check["cached_tokens"] >= prefix and check["cached_tokens"] >= 0.5 * generate["prompt_tokens"], calls
-    assert res.pipeline["cached_tokens"] >= check["cached_tokens"]
+    # Grading, generation and the check start with one prefix (rules and sources) when every graded source is
+    # kept: the server's own counters say that each call after the first read it from the prompt cache.
+    calls = trace["llm_calls"]
+    (generate,) = [c for c in calls if c["name"] == "generate"]
+    shared = [c for c in calls if c["messages"][0] == generate["messages"][0]]
+    grades = [g for s in trace["steps"] if s["step"] == "grade" for g in s["data"]["grades"] if g["method"] == "llm"]
+    if all(g["grade"] in ("yes", "partial") for g in grades):
+        assert shared[0]["name"] == "grade", [c["name"] for c in shared]
+    assert [c["name"] for c in shared][-2:] == ["generate", "check"]
+    prefix = shared[0]["prompt_tokens"] - 60  # the first call's prompt less its short task
+    assert prefix > len(prompts.answer_system([]).content or "") // 8  # the sources are in it
+    reused = [(c["name"], c["cached_tokens"]) for c in shared]
+    assert all(tokens >= 0.9 * prefix for _, tokens in reused[1:]), (prefix, reused)
+    assert res.pipeline["cached_tokens"] >= sum(tokens for _, tokens in reused[1:])
 
 
 def test_out_of_corpus_question_is_not_answered(local_rag: EnterpriseRAG) -> None:

@@ -45,8 +45,8 @@ def narrowed_sources(
     limit: int = NARROW_SOURCES,
 ) -> list[Source]:
     """The corpus sources graded yes, most probable first, at most ``limit`` (with none graded yes, the most
-    probable one), each cut to its ``chars``-character window most about the question (what the grader
-    judged); empty when that narrows nothing."""
+    probable one), each cut to its ``chars``-character window most about the question; empty when that
+    narrows nothing."""
     ranked = sorted(
         (i for i, s in enumerate(sources) if s.kind == "corpus" and s.node_id in grades),
         key=lambda i: (-grades[sources[i].node_id].confidence, i),

@@ -41,7 +41,7 @@ from workflows.events import StopEvent
 from enterprise_rag.answer.checks.coverage import unanswered_parts
 from enterprise_rag.answer.checks.decision import DecisionResult, decide
 from enterprise_rag.answer.checks.draft import Draft
-from enterprise_rag.answer.checks.grading import Grader
+from enterprise_rag.answer.checks.grading import Grade, Grader
 from enterprise_rag.answer.checks.support import UNKNOWN, verdict_from_check
 from enterprise_rag.answer.checks.verification import verify_draft
 from enterprise_rag.answer.events import (
@@ -182,19 +182,39 @@ class AnswerWorkflow(Workflow):
                     expanded=result.trace.get("expanded"))  # fmt: skip
             return Retrieved(passages=new)
 
-    # -- 5. relevance grading (batched, floored, cached, fail-open)
+    # -- 5. relevance grading (over the sources generation will read, floored, cached, fail-open)
     @step
     async def grade(self, ctx: Context[RunState], ev: Retrieved) -> Graded:
         t0 = _begin(ctx, "grade")
         async with ctx.store.edit_state() as s:
             if ev.passages:
                 grader = self._grader(s.run.caller)
-                for g in await asyncio.to_thread(grader.grade, s.answered, ev.passages):
-                    s.grades[g.node_id] = g
+                rejected, ranked = grader.under_floor(ev.passages)
+                s.grades.update((g.node_id, g) for g in rejected)
+                ranked.sort(key=lambda n: -(n.score or 0.0))
+                # The best max_sources passages first, as the sources generation reads when all of them are
+                # kept: the grades and the answer then share one prefix. Later ones only while some are missing.
+                kept = 0
+                while ranked and (room := self._cfg.max_sources - kept) > 0:
+                    group, ranked = ranked[:room], ranked[room:]
+                    sources, _ = await asyncio.to_thread(self._sources, s, group, [])
+                    grades = await asyncio.to_thread(grader.grade, s.answered, sources)
+                    s.grades.update((g.node_id, g) for g in grades)
+                    kept += sum(g.grade in ("yes", "partial") for g in grades)
+                    if any(g.method == "fail-open" and g.reason == "grading failed" for g in grades):
+                        for n in ranked:  # an outage: the rest stay ungraded rather than wait for it again
+                            s.grades[n.node.node_id] = Grade(n.node.node_id, "ungraded", "grading failed", 0.0,
+                                                             "fail-open")  # fmt: skip
+                        break
             d = s.decision = decide(list(s.grades.values()), min_yes=self._cfg.min_yes)
             _record(ctx, s, "grade", t0, grades=[g.to_dict() for g in s.grades.values()], decision=d.decision,
                     reason=d.reason, relevance=d.relevance)  # fmt: skip
             return Graded(decision=d)
+
+    def _sources(self, s: RunState, nodes: list[NodeWithScore], web: list[Source]) -> tuple[list[Source], int]:
+        """The numbered, refined sources of ``nodes`` (best retrieval score first) and ``web``, the prefix that
+        grading and generation share, and the strips refinement dropped."""
+        return refine(s.run.question, relabel(corpus_sources(nodes) + web), self._embed_model, self._cfg.refine_floor)
 
     # -- 6. decision: proceed / augment / fallback, rewrites first
     @step
@@ -267,19 +287,17 @@ class AnswerWorkflow(Workflow):
         t0 = _begin(ctx, "refine")
         async with ctx.store.edit_state() as s:
             kept = self._kept_nodes(s)
-            sources = relabel(corpus_sources(kept) + ev.web)
-            if not sources:
+            if not kept and not ev.web:
                 return self._done(s, NOT_FOUND_ANSWER, not_found=True)
             s.basis = frozenset([n.node.node_id for n in kept] + [w.source for w in ev.web])
             if s.basis in s.not_found_from:  # a rewrite found nothing new: the same sources hold no answer
                 _record(ctx, s, "refine", t0, skipped="same sources as a draft that found no answer")
                 return self._generator_found_nothing(s)
-            s.sources, dropped = await asyncio.to_thread(
-                refine, s.run.question, sources, self._embed_model, self._cfg.refine_floor
-            )
+            s.sources, dropped = await asyncio.to_thread(self._sources, s, kept, ev.web)
             _record(ctx, s, "refine", t0, sources=[(x.label, x.source, x.page, x.kind) for x in s.sources],
                     strips_dropped=dropped,
-                    addresses_model=sorted({x.source for x in sources if addresses_model(x.text)}))  # fmt: skip
+                    addresses_model=sorted({x.source for x in corpus_sources(kept) + ev.web
+                                            if addresses_model(x.text)}))  # fmt: skip
             return Generate(sources=s.sources, question=s.answered)
 
     # -- 9. generation (and revisions, which share the same prefix)

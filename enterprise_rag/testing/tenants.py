@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER, passage_of, sources_of
+from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER, graded_source, sources_of
 from enterprise_rag.principal import Principal
 from enterprise_rag.testing.fake_llm import ScriptedLLM, TokenProbabilities, yes_probability
 
@@ -79,7 +79,7 @@ def _team_of(messages: list[Any]) -> int | None:
 def _grade(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
     """A certain yes for a passage holding the asking team's code word, else a certain no."""
     team = _team_of(messages)
-    passage = passage_of(messages[-1].content or "")
+    passage = graded_source(messages)
     return yes_probability(1.0 if team is not None and code_word(team) in passage else 0.0)
 
 

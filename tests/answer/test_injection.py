@@ -57,8 +57,9 @@ def test_planted_text_cannot_add_sources_or_close_the_blocks(case: InjectionCase
     assert re.findall(r"(?m)^\[(S\d+)\] \(", system) == ["S1", "S2"]
     assert prompts.sources_of(system) == {"S1": fence(case.document()).strip(), "S2": "An honest passage."}
 
-    body = prompts.grade_messages(case.question, case.document())[-1].content or ""
-    assert body.count("<<<") == 2 and prompts.passage_of(body) == fence(case.document()).strip()
+    grade = prompts.grade_messages(sources, "S1", case.question)
+    assert grade[0].content == system and "<<<" not in (grade[-1].content or "")  # the text stays in the block
+    assert prompts.graded_source(grade) == fence(case.document()).strip()
 
 
 def test_the_boundary_cannot_be_guessed_and_is_stable_for_the_same_content() -> None:

@@ -462,6 +462,35 @@ def test_the_verifier_is_neutral_and_checks_every_sentence(make_rag: MakeRag) ->
     assert not re.search(r"sources (do )?(answer|contain|hold)|answer (exists|is there)", task, re.I)
 
 
+def system_messages(*models: ScriptedLLM) -> list[tuple[str, str]]:
+    """(call name, system message) of every call the models received, in the order each model got them."""
+    return [(name, str(msgs[0].content)) for model in models for name, msgs in model.calls]
+
+
+def test_every_call_of_a_question_starts_with_one_byte_identical_prefix(make_rag: MakeRag) -> None:
+    """Grades, generation and the check read the same rules and sources: a prompt cache evaluates them once."""
+    generator, grader = llms(grade=yes_probability(1.0))
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert FACT in res.answer
+    calls = system_messages(grader, generator)
+    assert {name for name, _ in calls} == {"grade", "generate", "check"}
+    assert len({system for _, system in calls}) == 1, calls
+    assert len([name for name, _ in calls if name == "grade"]) >= 2  # several sources, one prefix
+
+
+def test_a_re_retrieval_starts_a_new_prefix_that_generation_shares(make_rag: MakeRag) -> None:
+    """One passage per retrieval: the first is graded no, the rewrite finds another, graded yes and answered."""
+    generator, grader = llms(grade=grade_yes_if("Meals"), generate=answer_with("Meals"),
+                             rewrite="meals reimbursed during business travel per day")  # fmt: skip
+    rag = make_rag(generator, grader, workflow={"top_k": 1, "max_query_rewrites": 1})
+    res = rag.query(QUESTION, user=ALICE)
+    assert "60 euros" in res.answer and res.pipeline["query_rewrites"] == 1
+    first, second = (system for name, system in system_messages(grader) if name == "grade")
+    assert first != second and "vacation" in first and "Meals" in second
+    assert {system for name, system in system_messages(generator, grader) if name in ("generate", "check")} == {second}
+
+
 def test_a_sentence_the_verifier_rejects_is_left_out(make_rag: MakeRag) -> None:
     both = ("Every employee receives 27 days of paid vacation per calendar year. [S1] "
             "Unused vacation days carry over until March 31 of the following year. [S1]")  # fmt: skip

@@ -37,8 +37,8 @@ Handler = Callable[[list[Any], dict[str, Any]], Any]
 
 # ---- reading the prompts ----------------------------------------------------------------------------------
 def passage_in(messages: list[Any]) -> str:
-    """The one passage of a 'grade' prompt."""
-    return prompts.passage_of(messages[-1].content)
+    """The source a 'grade' prompt asks about."""
+    return prompts.graded_source(messages)
 
 
 def sources_in(messages: list[Any]) -> dict[str, str]:

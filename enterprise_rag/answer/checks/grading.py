@@ -1,22 +1,25 @@
-"""Relevance grading of retrieved passages from the grader model's probability of answering "yes".
+"""Relevance grading of a question's sources from the grader model's probability of answering "yes".
 
-Each passage is asked about in a call of its own that generates one token with
+Each source is asked about in a call of its own that generates one token with
 logprobs: p(yes) is the probability mass of "yes" over that of "yes" and "no"
 (:meth:`LLMCaller.yes_probability`). Two thresholds per grader model, fitted on
 labelled data (``workflow.grade_thresholds``, ``benchmarks/grading.py``), map it
 to yes / partial / no; the probability is the grade's confidence. Nothing
 overrules the model: not a passage's headings, not its similarity.
 
-The prompt puts the rules and the question before the passage, so the calls of
-one question share their prefix and a local server reads it once.
+The calls start with generation's own prefix, the rules and the numbered sources
+(:func:`~enterprise_rag.llm.prompts.grade_messages`), and name the source they ask
+about after it: a local server with a prompt cache reads the sources once for
+every grade of a question and for the answer written from them.
 
 Passages whose dense similarity to the question is below the embedding model's
-floor are rejected without a call. Probabilities are cached by (question,
-passage content, model, prompt), and the thresholds are applied when a grade is
-read, so a new threshold takes effect on cached passages too. A failed call, or
-a reply with neither "yes" nor "no" among its likely first tokens, leaves the
-passage ``ungraded`` (fail-open: a grading outage must not hide the documents);
-after a failed call the question's remaining passages are not asked either.
+floor are rejected without a call (:meth:`Grader.under_floor`). Probabilities are
+cached by (question, source text, model, prompt), and the thresholds are applied
+when a grade is read, so a new threshold takes effect on cached sources too. A
+failed call, or a reply with neither "yes" nor "no" among its likely first
+tokens, leaves the source ``ungraded`` (fail-open: a grading outage must not hide
+the documents); after a failed call the question's remaining sources are not
+asked either.
 """
 
 from __future__ import annotations
@@ -26,14 +29,13 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
 
 from enterprise_rag.errors import LLMError
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import grade_messages
 from enterprise_rag.llm.untrusted import without_block_ids
-from enterprise_rag.retrieval.windows import question_windows
+from enterprise_rag.schema.sources import Source
 from enterprise_rag.store import Database
 from enterprise_rag.store.grade_cache import cached_grades, store_grades
 
@@ -66,66 +68,57 @@ def _digest(text: str) -> str:
 
 
 class Grader:
-    """Grades passages for a question; ``thresholds`` are (partial, yes) on p(yes), ``floor`` the dense
+    """Grades the sources of a question; ``thresholds`` are (partial, yes) on p(yes), ``floor`` the dense
     similarity under which a passage is rejected without a call (None: no floor)."""
 
     def __init__(
-        self,
-        db: Database,
-        caller: LLMCaller,
-        *,
-        thresholds: tuple[float, float],
-        floor: float | None,
-        passage_chars: int,
-        embed_model: BaseEmbedding | None = None,
+        self, db: Database, caller: LLMCaller, *, thresholds: tuple[float, float], floor: float | None
     ) -> None:
         self._db = db
-        self._embed_model = embed_model
         self._caller = caller
         self._thresholds = thresholds
         self._floor = floor
-        self._passage_chars = passage_chars
 
-    def grade(self, question: str, nodes: list[NodeWithScore]) -> list[Grade]:
-        """Grades in the order of ``nodes``."""
-        # The prompt and how passages are cut to fit it are part of the key: a change must not reuse old grades.
-        view = "dense+codes" if self._embed_model is not None else "words"
-        prompt = without_block_ids("".join(m.content or "" for m in grade_messages("{question}", "{passage}")))
-        model = f"{self._caller.model_id('grader')}|p-yes|{_digest(prompt)[:12]}|{view}"
-        qhash = _digest(question.strip())
-        grades: dict[str, Grade] = {}
-        to_grade: list[NodeWithScore] = []
+    def under_floor(self, nodes: list[NodeWithScore]) -> tuple[list[Grade], list[NodeWithScore]]:
+        """A "no" for each passage under the similarity floor (no call), and the passages left to grade."""
+        rejected, rest = [], []
         for n in nodes:
             similarity = n.node.metadata.get("similarity")
             if self._floor is not None and similarity is not None and similarity < self._floor:
-                grades[n.node.node_id] = Grade(n.node.node_id, "no", f"similarity {similarity:.2f} below floor",
-                                               1.0, "floor")  # fmt: skip
+                rejected.append(Grade(n.node.node_id, "no", f"similarity {similarity:.2f} below floor", 1.0, "floor"))
             else:
-                to_grade.append(n)
-        grades.update(self._cached(qhash, model, to_grade))
-        pending = [n for n in to_grade if n.node.node_id not in grades]
+                rest.append(n)
+        return rejected, rest
+
+    def grade(self, question: str, sources: list[Source]) -> list[Grade]:
+        """A grade for each corpus source, in order; every call starts with these sources, as generation does."""
+        # The prompt is part of the key: a change of wording must not reuse old grades.
+        prompt = without_block_ids("".join(m.content or "" for m in grade_messages([], "S1", "{question}")))
+        model = f"{self._caller.model_id('grader')}|p-yes|{_digest(prompt)[:12]}|shared-sources"
+        qhash = _digest(question.strip())
+        corpus = [s for s in sources if s.kind == "corpus"]
+        grades = self._cached(qhash, model, corpus)
+        pending = [s for s in corpus if s.node_id not in grades]
         if pending:
-            grades.update(self._ask(question, pending))
-            self._store(qhash, model, [n for n in pending if grades[n.node.node_id].method == "llm"], grades)
-        return [grades[n.node.node_id] for n in nodes]
+            grades.update(self._ask(question, sources, pending))
+            self._store(qhash, model, [s for s in pending if grades[s.node_id].method == "llm"], grades)
+        return [grades[s.node_id] for s in corpus]
 
     def _from_probability(self, node_id: str, p_yes: float, method: Literal["llm", "cache"]) -> Grade:
         return Grade(node_id, label(p_yes, self._thresholds), f"p(yes)={p_yes:.2f}", p_yes, method)
 
-    def _ask(self, question: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
-        """One call per passage, in order (the shared prefix stays in the server's cache)."""
+    def _ask(self, question: str, sources: list[Source], pending: list[Source]) -> dict[str, Grade]:
+        """One call per source, in order, each over the same sources (the server reads them once)."""
         out: dict[str, Grade] = {}
-        for n, window in zip(nodes, self._windows(question, nodes), strict=True):
-            nid = n.node.node_id
-            crumb = n.node.metadata.get("breadcrumb") or n.node.metadata.get("title") or ""
-            messages = grade_messages(question, f"{crumb}\n{window}".strip())
+        for source in pending:
+            nid = source.node_id
+            messages = grade_messages(sources, source.label, question)
             try:
                 p_yes = self._caller.yes_probability("grader", "grade", messages, top_logprobs=TOP_LOGPROBS)
             except LLMError as exc:
-                logger.warning("grading failed, keeping the remaining passages ungraded: %s", exc)
-                for rest in nodes:
-                    out.setdefault(rest.node.node_id, Grade(rest.node.node_id, "ungraded", "grading failed", 0.0,
-                                                            "fail-open"))  # fmt: skip
+                logger.warning("grading failed, keeping the remaining sources ungraded: %s", exc)
+                for rest in pending:
+                    out.setdefault(rest.node_id, Grade(rest.node_id, "ungraded", "grading failed", 0.0, "fail-open"))
                 return out
             if p_yes is None:
                 out[nid] = Grade(nid, "ungraded", "neither yes nor no among the likely replies", 0.0, "fail-open")
@@ -133,23 +126,19 @@ class Grader:
                 out[nid] = self._from_probability(nid, p_yes, "llm")
         return out
 
-    def _windows(self, question: str, nodes: list[NodeWithScore]) -> list[str]:
-        return question_windows(question, [n.node.get_content() for n in nodes], self._passage_chars,
-                                self._embed_model)  # fmt: skip
-
-    def _cached(self, qhash: str, model: str, nodes: list[NodeWithScore]) -> dict[str, Grade]:
+    def _cached(self, qhash: str, model: str, sources: list[Source]) -> dict[str, Grade]:
         """Cached probabilities, labelled with the current thresholds."""
-        if not nodes:
+        if not sources:
             return {}
-        by_hash = {_digest(n.node.get_content()): n.node.node_id for n in nodes}
+        by_hash = {_digest(s.text): s.node_id for s in sources}
         with self._db.connection() as conn:
             stored = cached_grades(conn, qhash, model, list(by_hash))
         return {by_hash[h]: self._from_probability(by_hash[h], float(g["p_yes"]), "cache") for h, g in stored.items()}
 
-    def _store(self, qhash: str, model: str, nodes: list[NodeWithScore], grades: dict[str, Grade]) -> None:
-        if not nodes:
+    def _store(self, qhash: str, model: str, sources: list[Source], grades: dict[str, Grade]) -> None:
+        if not sources:
             return
-        entries = [(_digest(n.node.get_content()), grades[n.node.node_id]) for n in nodes]
+        entries = [(_digest(s.text), grades[s.node_id]) for s in sources]
         payloads = [(h, {"p_yes": g.confidence, "grade": g.grade, "reason": g.reason}) for h, g in entries]
         with self._db.connection() as conn:
             store_grades(conn, qhash, model, payloads)

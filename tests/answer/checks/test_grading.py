@@ -1,14 +1,17 @@
-"""Relevance grading from the grader model's probability of "yes", and what it sees of a long passage.
+"""Relevance grading from the grader model's probability of "yes", over generation's own prefix.
 
-The grader runs on the real embedded PostgreSQL (its grade cache) with the real
-local embedding model; only the grader LLM is a :class:`ScriptedLLM` that
-records each prompt and returns first-token probabilities the way the local
-engine does (``choices[0].logprobs.content[0].top_logprobs``).
+The grader runs on the real embedded PostgreSQL (its grade cache); only the
+grader LLM is a :class:`ScriptedLLM` that records each prompt and returns
+first-token probabilities the way the local engine does
+(``choices[0].logprobs.content[0].top_logprobs``). What a long passage shows of
+itself in a short window (the small-model retry, the LLM reranker) is tested
+here too.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +22,10 @@ from enterprise_rag import EnterpriseRAG
 from enterprise_rag.answer.checks.grading import Grade, Grader, label
 from enterprise_rag.config import FITTED_GRADE_THRESHOLDS, WorkflowSettings, load_settings
 from enterprise_rag.errors import LLMError
-from enterprise_rag.llm import untrusted
+from enterprise_rag.llm import prompts, untrusted
 from enterprise_rag.llm.caller import LLMCaller, top_logprobs_of, yes_share
-from enterprise_rag.retrieval.windows import focus, paragraphs
+from enterprise_rag.retrieval.windows import focus, paragraphs, question_windows
+from enterprise_rag.schema.sources import Source
 from enterprise_rag.testing import ScriptedLLM, TokenProbabilities, yes_probability
 from tests.support.workflow import ALICE, CHECK_OK, DOCS, llms, passage_in, write_docs
 from tests.support.workflow import QUESTION as VACATION_QUESTION
@@ -61,56 +65,7 @@ def test_focus_grows_the_window_around_the_most_relevant_paragraph() -> None:
     assert focus(QUESTION, PARENT, 400, [0.9]) == focus(QUESTION, PARENT, 400)
 
 
-def grader_with(rag: EnterpriseRAG, handler: Any, **kwargs: Any) -> tuple[Grader, ScriptedLLM]:
-    llm = ScriptedLLM({"grade": handler}, model_name=kwargs.pop("model_name", "scripted"))
-    caller = LLMCaller({"grader": llm}, max_retries=kwargs.pop("max_retries", 0), backoff_s=0.0)
-    options = {"thresholds": (0.2, 0.6), "floor": None, "passage_chars": 400, **kwargs}
-    return Grader(rag.db, caller, **options), llm
-
-
-def nodes_of(passages: dict[str, str], **metadata: Any) -> list[NodeWithScore]:
-    return [NodeWithScore(node=TextNode(id_=k, text=v, metadata=dict(metadata)), score=1.0)
-            for k, v in passages.items()]  # fmt: skip
-
-
-def grader_prompts(rag: EnterpriseRAG, embed_model: Any) -> tuple[list[str], str]:
-    """Grade PARENT (plus a short passage) once; return the grade prompts and the parent's grade."""
-    prompts: list[str] = []
-
-    def grade(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
-        prompts.append(messages[-1].content)
-        return yes_probability(0.9 if ANSWER in passage_in(messages) else 0.05)
-
-    grader, _ = grader_with(rag, grade, embed_model=embed_model)
-    nodes = [
-        NodeWithScore(node=TextNode(id_="parent", text=PARENT, metadata={"breadcrumb": "Expense Policy"}), score=1.0),
-        NodeWithScore(node=TextNode(id_="short", text="Parking permits are renewed in January."), score=0.5),
-    ]
-    grades = grader.grade(QUESTION, nodes)
-    return prompts, grades[0].grade
-
-
-def test_grader_sees_the_answering_paragraph_of_a_long_passage(rag: EnterpriseRAG, embed_model: Any) -> None:
-    prompts, grade = grader_prompts(rag, embed_model)
-    assert len(prompts) == 2 and ANSWER in prompts[0] and "Parking permits" in prompts[1]
-    assert "## 1. Overview" not in prompts[0]
-    assert grade == "yes"
-
-
-def test_without_an_embedding_model_the_shared_words_window_misses_it(rag: EnterpriseRAG) -> None:
-    """The baseline the dense window replaces: literal words pick the overview (why this test exists)."""
-    prompts, grade = grader_prompts(rag, None)
-    assert ANSWER not in prompts[0] and "## 1. Overview" in prompts[0]
-    assert grade == "no"
-
-
-def test_grades_cut_by_words_are_not_reused_for_dense_windows(rag: EnterpriseRAG, embed_model: Any) -> None:
-    assert grader_prompts(rag, None)[1] == "no"
-    prompts, grade = grader_prompts(rag, embed_model)
-    assert len(prompts) == 2 and grade == "yes"  # asked again, not read from the cache
-
-
-def test_a_paragraph_holding_a_code_of_the_question_is_shown_first(rag: EnterpriseRAG, embed_model: Any) -> None:
+def test_a_paragraph_holding_a_code_of_the_question_is_shown_first(embed_model: Any) -> None:
     question = "What should I tell a customer who sees E-4120 when sending a payment?"
     decoy = ("## E-4012 - Session expired\nWhat to tell a customer who sees this error when sending a payment: "
              "their session ended, so they sign in again and send the payment once more.")  # fmt: skip
@@ -120,16 +75,34 @@ def test_a_paragraph_holding_a_code_of_the_question_is_shown_first(rag: Enterpri
     q = embed_model.get_query_embedding(question)
     sims = [sum(a * b for a, b in zip(q, embed_model.get_text_embedding(p), strict=True)) for p in (decoy, target)]
     assert sims[0] > sims[1]  # dense similarity alone would show the decoy: what this test guards against
+    (window,) = question_windows(question, [parent], 300, embed_model)
+    assert target in window and decoy not in window
 
-    prompts: list[str] = []
 
-    def grade(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
-        prompts.append(passage_in(messages))
-        return yes_probability(0.0)
+def test_a_dense_window_finds_the_answering_paragraph_that_shared_words_miss(embed_model: Any) -> None:
+    (dense,) = question_windows(QUESTION, [PARENT], 400, embed_model)
+    (words,) = question_windows(QUESTION, [PARENT], 400, None)
+    assert ANSWER in dense and "## 1. Overview" not in dense
+    assert ANSWER not in words and "## 1. Overview" in words  # the baseline the dense window replaces
 
-    grader, _ = grader_with(rag, grade, passage_chars=300, embed_model=embed_model)
-    grader.grade(question, [NodeWithScore(node=TextNode(id_="codes", text=parent), score=1.0)])
-    assert target in prompts[0] and decoy not in prompts[0]
+
+def grader_with(rag: EnterpriseRAG, handler: Any, **kwargs: Any) -> tuple[Grader, ScriptedLLM]:
+    llm = ScriptedLLM({"grade": handler}, model_name=kwargs.pop("model_name", "scripted"))
+    caller = LLMCaller({"grader": llm}, max_retries=kwargs.pop("max_retries", 0), backoff_s=0.0)
+    options = {"thresholds": (0.2, 0.6), "floor": None, **kwargs}
+    return Grader(rag.db, caller, **options), llm
+
+
+def sources_of(passages: dict[str, str], breadcrumb: str = "") -> list[Source]:
+    """Numbered corpus sources whose node ids are the keys of ``passages``."""
+    return [Source(label=f"S{i}", text=text, source=f"docs/{key}.md", page=None, title=breadcrumb,
+                   breadcrumb=breadcrumb, effective_date=None, status="current", document_id=key, node_id=key)
+            for i, (key, text) in enumerate(passages.items(), 1)]  # fmt: skip
+
+
+def nodes_of(passages: dict[str, str], **metadata: Any) -> list[NodeWithScore]:
+    return [NodeWithScore(node=TextNode(id_=k, text=v, metadata=dict(metadata)), score=1.0)
+            for k, v in passages.items()]  # fmt: skip
 
 
 # ---- p(yes) and the thresholds -----------------------------------------------------------------------------
@@ -157,18 +130,28 @@ def test_thresholds_map_p_yes_to_yes_partial_and_no() -> None:
 
 def test_a_grade_carries_its_probability_as_confidence(rag: EnterpriseRAG) -> None:
     grader, llm = grader_with(rag, yes_probability(0.83))
-    (grade,) = grader.grade(QUESTION, nodes_of({"a": "Receipts over $25 are itemised."}))
+    (grade,) = grader.grade(QUESTION, sources_of({"a": "Receipts over $25 are itemised."}))
     assert grade == Grade("a", "yes", "p(yes)=0.83", pytest.approx(0.83), "llm")
-    messages = llm.calls[0][1]
-    assert QUESTION in messages[-1].content.split("<<<passage ")[0]  # the question before the passage
+    task = llm.calls[0][1][-1].content
+    assert QUESTION in task and "[S1]" in task and "<<<" not in task  # the sources are in the prefix, not here
 
 
-def test_the_passages_of_one_question_share_the_prompt_up_to_the_passage(rag: EnterpriseRAG) -> None:
+def test_every_grade_call_starts_with_the_generation_prefix_and_names_its_source(rag: EnterpriseRAG) -> None:
+    """Grading, generation and the checks share one byte-identical system message: the sources are read once."""
+    sources = sources_of({"a": "First passage.", "b": "Second passage."})
     grader, llm = grader_with(rag, yes_probability(0.5))
-    grader.grade(QUESTION, nodes_of({"a": "First passage.", "b": "Second passage."}))
-    first, second = ("".join(m.content or "" for m in messages) for _, messages in llm.calls)
-    shared = len(first.split("<<<passage ")[0])
-    assert first[:shared] == second[:shared] and QUESTION in first[:shared] and "Second" not in first
+    grader.grade(QUESTION, sources)
+    generation_prefix = prompts.generate_messages(sources, QUESTION)[0].content
+    assert [messages[0].content for _, messages in llm.calls] == [generation_prefix] * 2
+    assert [prompts.graded_source(messages) for _, messages in llm.calls] == ["First passage.", "Second passage."]
+
+
+def test_web_sources_are_in_the_prefix_but_not_graded(rag: EnterpriseRAG) -> None:
+    web = Source(label="S2", text="A web page.", source="https://example.com", page=None, title="Web",
+                 breadcrumb="Web", effective_date=None, status="current", document_id="w", kind="web")  # fmt: skip
+    grader, llm = grader_with(rag, yes_probability(0.9))
+    grades = grader.grade(QUESTION, [*sources_of({"a": "Receipts over $25 are itemised."}), web])
+    assert [g.node_id for g in grades] == ["a"] and len(llm.calls) == 1
 
 
 # ---- nothing overrules the grader ----------------------------------------------------------------------------
@@ -185,8 +168,8 @@ def test_an_all_caps_question_gets_the_same_grades(rag: EnterpriseRAG) -> None:
         rag, lambda m, k: yes_probability(next(v for key, v in p.items() if passages[key] in passage_in(m)))
     )
     question = "How do I set up the VPN on my new laptop?"
-    lower = grader.grade(question, nodes_of(passages, breadcrumb="VPN Setup Guide"))
-    upper = grader.grade(question.upper(), nodes_of(passages, breadcrumb="VPN Setup Guide"))
+    lower = grader.grade(question, sources_of(passages, breadcrumb="VPN Setup Guide"))
+    upper = grader.grade(question.upper(), sources_of(passages, breadcrumb="VPN Setup Guide"))
     assert [(g.grade, g.method) for g in lower] == [("no", "llm"), ("no", "llm"), ("partial", "llm")]
     assert [(g.grade, g.confidence, g.method) for g in upper] == [(g.grade, g.confidence, g.method) for g in lower]
     assert len(llm.calls) == 6  # both were asked: the capitals question is not served from the cache
@@ -198,10 +181,10 @@ def test_a_no_on_a_passage_headed_by_the_questions_identifier_stays_no(rag: Ente
         "named": "## E-4120 - Daily transfer limit exceeded\nThe fix is a temporary limit increase with form LD-7.",
         "crumb": "**Fix.** Ask the customer to wait for the daily limit to reset.",
     }
-    nodes = nodes_of(passages, similarity=0.95)
-    nodes[1].node.metadata["breadcrumb"] = "Error Codes > E-4120 - Daily transfer limit exceeded"
+    sources = sources_of(passages)
+    sources[1] = replace(sources[1], breadcrumb="Error Codes > E-4120 - Daily transfer limit exceeded")
     grader, _ = grader_with(rag, yes_probability(0.03))
-    grades = grader.grade(question, nodes)
+    grades = grader.grade(question, sources)
     assert [(g.grade, g.method, g.reason) for g in grades] == [("no", "llm", "p(yes)=0.03")] * 2
 
 
@@ -210,38 +193,39 @@ def test_the_floor_rejects_without_a_call_and_none_means_no_floor(rag: Enterpris
     nodes = nodes_of(passages)
     nodes[0].node.metadata["similarity"], nodes[1].node.metadata["similarity"] = 0.05, 0.6
     floored, llm = grader_with(rag, yes_probability(0.9), floor=0.12)
-    assert [(g.grade, g.method) for g in floored.grade(QUESTION, nodes)] == [("no", "floor"), ("yes", "llm")]
-    assert len(llm.calls) == 1
-    unfloored, llm = grader_with(rag, yes_probability(0.9), floor=None)
-    assert [g.grade for g in unfloored.grade("Another question?", nodes)] == ["yes", "yes"]
+    rejected, rest = floored.under_floor(nodes)
+    assert [(g.node_id, g.grade, g.method) for g in rejected] == [("weak", "no", "floor")]
+    assert [n.node.node_id for n in rest] == ["strong"] and llm.calls == []
+    unfloored, _ = grader_with(rag, yes_probability(0.9), floor=None)
+    assert unfloored.under_floor(nodes) == ([], nodes)
 
 
 # ---- the cache -----------------------------------------------------------------------------------------------
 def test_cached_probabilities_are_labelled_with_the_current_thresholds(rag: EnterpriseRAG) -> None:
-    nodes = nodes_of({"a": "Receipts over $25 are itemised."})
+    sources = sources_of({"a": "Receipts over $25 are itemised."})
     first, _ = grader_with(rag, yes_probability(0.5), thresholds=(0.2, 0.4))
-    assert first.grade(QUESTION, nodes)[0].grade == "yes"
+    assert first.grade(QUESTION, sources)[0].grade == "yes"
     second, llm = grader_with(rag, yes_probability(0.99), thresholds=(0.2, 0.6))
-    (grade,) = second.grade(QUESTION, nodes)
+    (grade,) = second.grade(QUESTION, sources)
     assert (grade.grade, grade.method, grade.confidence) == ("partial", "cache", 0.5) and llm.calls == []
 
 
 def test_the_cache_outlives_the_process_key_of_the_data_block_ids(rag: EnterpriseRAG, monkeypatch: Any) -> None:
     """The grade prompt's block id changes with each process's random key; the cache key must not."""
-    nodes = nodes_of({"a": "Receipts over $25 are itemised."})
+    sources = sources_of({"a": "Receipts over $25 are itemised."})
     first, _ = grader_with(rag, yes_probability(0.9))
-    first.grade(QUESTION, nodes)
+    first.grade(QUESTION, sources)
     monkeypatch.setattr(untrusted, "_KEY", b"another process")
     second, llm = grader_with(rag, yes_probability(0.1))
-    assert second.grade(QUESTION, nodes)[0].method == "cache" and llm.calls == []
+    assert second.grade(QUESTION, sources)[0].method == "cache" and llm.calls == []
 
 
 # ---- fail-open -----------------------------------------------------------------------------------------------
 def test_a_reply_without_yes_or_no_among_its_top_tokens_is_ungraded_and_not_cached(rag: EnterpriseRAG) -> None:
     grader, llm = grader_with(rag, TokenProbabilities({"Maybe": 0.7, "The": 0.3}))
-    nodes = nodes_of({"a": "Receipts over $25 are itemised."})
+    sources = sources_of({"a": "Receipts over $25 are itemised."})
     for _ in range(2):
-        (grade,) = grader.grade(QUESTION, nodes)
+        (grade,) = grader.grade(QUESTION, sources)
         assert (grade.grade, grade.method, grade.confidence) == ("ungraded", "fail-open", 0.0)
     assert len(llm.calls) == 2  # asked again: an ungraded passage is not cached
 
@@ -251,7 +235,7 @@ def test_a_failing_grader_leaves_every_passage_ungraded_after_one_calls_retries(
         raise LLMError("503 Service Unavailable")
 
     grader, llm = grader_with(rag, down, max_retries=1)
-    grades = grader.grade(QUESTION, nodes_of({"a": "One.", "b": "Two.", "c": "Three."}))
+    grades = grader.grade(QUESTION, sources_of({"a": "One.", "b": "Two.", "c": "Three."}))
     assert [(g.grade, g.method) for g in grades] == [("ungraded", "fail-open")] * 3
     assert len(llm.calls) == 2  # the first passage's call and its retry; the rest are not asked
 
