@@ -27,6 +27,7 @@ cache; "once" means every later call reused at least 90%.
 (grading is measured by benchmarks/grading.py). ``--speculative`` replays every question's final generation
 prompt on fresh engines of the same model without and with llama.cpp's n-gram (prompt lookup)
 speculative decoding, at temperature 0: tokens/s (median) and how many answers come out identical.
+``--calls FILE`` appends, per question, its steps and LLM calls (tokens, milliseconds) as JSON lines.
 
     .venv/bin/python benchmarks/answer.py [--suite ../shared/scenarios-dev] [--limit N] [--cases id1,id2]
 """
@@ -34,6 +35,7 @@ speculative decoding, at temperature 0: tokens/s (median) and how many answers c
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -264,6 +266,8 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=4, help="questions for the prefix comparison")
     parser.add_argument("--speculative", action="store_true", help="also compare n-gram speculative decoding")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor (pass rates and tokens only)")
+    parser.add_argument("--calls", type=Path, default=None, help="append each question's steps and LLM calls "
+                        "(tokens, ms) to this JSON-lines file")  # fmt: skip
     args = parser.parse_args()
     suite_text = (args.suite / "scenarios.yaml").read_text()
     suite, types = yaml.safe_load(suite_text), failure_types(suite_text)
@@ -304,6 +308,14 @@ def main() -> None:
             if floor is not None:
                 floors.append((seconds[-1], floor))
             by_path[path_of(p)].append(p)
+            if args.calls is not None:
+                with args.calls.open("a") as out:
+                    out.write(json.dumps({
+                        "id": case["id"], "seconds": round(seconds[-1], 1), "floor": floor,
+                        "steps": [(st["step"], st["ms"]) for st in trace.get("steps", [])],
+                        "calls": [{k: c[k] for k in ("name", "prompt_tokens", "cached_tokens", "completion_tokens",
+                                                     "ms")} for c in trace["llm_calls"]],
+                    }) + "\n")  # fmt: skip
             failures = answer_failures(case, res.answer, p, [c.source for c in res.citations])
             expects_not_found = bool(case["expect"].get("not_found"))
             not_found = is_not_found(res.answer, p)
