@@ -1,4 +1,4 @@
-"""Turning passages and web results into numbered sources, and refining them.
+"""Choosing the passages the generator reads, turning them and web results into numbered sources, and refining them.
 
 Refinement drops paragraphs of a kept passage that share no word with the
 question and sit below a similarity floor (one batched embedding call for all
@@ -10,15 +10,28 @@ comes first whatever order retrieval gave.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
 
+from enterprise_rag.answer.checks.grading import Grade
 from enterprise_rag.schema.documents import shown_source
 from enterprise_rag.schema.sources import Source, WebResult
 from enterprise_rag.text import STOPWORDS, query_words
+
+
+def kept_passages(
+    candidates: list[NodeWithScore], grades: Mapping[str, Grade], *, proceed: bool, limit: int
+) -> list[NodeWithScore]:
+    """Passages for the generator, best retrieval score first, at most ``limit``: on proceed those graded yes
+    or partial (partial: the grader is unsure, and the generator with the checks in code is the last judge);
+    otherwise the partial and ungraded ones."""
+    wanted = {"yes", "partial"} if proceed else {"partial", "ungraded"}
+    ranked = sorted(candidates, key=lambda n: -(n.score or 0.0))
+    return [n for n in ranked if n.node.node_id in grades and grades[n.node.node_id].grade in wanted][:limit]
 
 
 def corpus_sources(nodes: list[NodeWithScore]) -> list[Source]:

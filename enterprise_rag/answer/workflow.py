@@ -41,7 +41,7 @@ from workflows.events import StopEvent
 from enterprise_rag.answer.checks.coverage import unanswered_parts
 from enterprise_rag.answer.checks.decision import DecisionResult, decide
 from enterprise_rag.answer.checks.draft import Draft
-from enterprise_rag.answer.checks.grading import Grade, Grader
+from enterprise_rag.answer.checks.grading import Grader
 from enterprise_rag.answer.checks.support import UNKNOWN, verdict_from_check
 from enterprise_rag.answer.checks.verification import verify_draft
 from enterprise_rag.answer.events import (
@@ -61,7 +61,7 @@ from enterprise_rag.answer.events import (
 )
 from enterprise_rag.answer.outcome import Outcome
 from enterprise_rag.answer.small_model import narrowed_sources
-from enterprise_rag.answer.sources import corpus_sources, refine, relabel, web_sources
+from enterprise_rag.answer.sources import corpus_sources, kept_passages, refine, relabel, web_sources
 from enterprise_rag.answer.state import RunState
 from enterprise_rag.answer.web import WebSearch, more_phrasings, search_all
 from enterprise_rag.config import WorkflowSettings
@@ -190,22 +190,10 @@ class AnswerWorkflow(Workflow):
             if ev.passages:
                 grader = self._grader(s.run.caller)
                 rejected, ranked = grader.under_floor(ev.passages)
-                s.grades.update((g.node_id, g) for g in rejected)
                 ranked.sort(key=lambda n: -(n.score or 0.0))
-                # The best max_sources passages first, as the sources generation reads when all of them are
-                # kept: the grades and the answer then share one prefix. Later ones only while some are missing.
-                kept = 0
-                while ranked and (room := self._cfg.max_sources - kept) > 0:
-                    group, ranked = ranked[:room], ranked[room:]
-                    sources, _ = await asyncio.to_thread(self._sources, s, group, [])
-                    grades = await asyncio.to_thread(grader.grade, s.answered, sources)
-                    s.grades.update((g.node_id, g) for g in grades)
-                    kept += sum(g.grade in ("yes", "partial") for g in grades)
-                    if any(g.method == "fail-open" and g.reason == "grading failed" for g in grades):
-                        for n in ranked:  # an outage: the rest stay ungraded rather than wait for it again
-                            s.grades[n.node.node_id] = Grade(n.node.node_id, "ungraded", "grading failed", 0.0,
-                                                             "fail-open")  # fmt: skip
-                        break
+                graded = await asyncio.to_thread(grader.grade_best, s.answered, ranked, self._cfg.max_sources,
+                                                 lambda group: self._sources(s, group, [])[0])  # fmt: skip
+                s.grades.update((g.node_id, g) for g in rejected + graded)
             d = s.decision = decide(list(s.grades.values()), min_yes=self._cfg.min_yes)
             _record(ctx, s, "grade", t0, grades=[g.to_dict() for g in s.grades.values()], decision=d.decision,
                     reason=d.reason, relevance=d.relevance)  # fmt: skip
@@ -272,14 +260,8 @@ class AnswerWorkflow(Workflow):
             return Refine(web=s.sources)
 
     def _kept_nodes(self, s: RunState) -> list[NodeWithScore]:
-        """Passages for the generator, best retrieval score first: on proceed those graded yes or partial
-        (partial: the grader is unsure, and the generator with the checks in code is the last judge);
-        otherwise the partial and ungraded ones."""
         proceed = s.decision is not None and s.decision.decision == "proceed"
-        wanted = {"yes", "partial"} if proceed else {"partial", "ungraded"}
-        ranked = sorted(s.candidates.values(), key=lambda n: -(n.score or 0.0))
-        kept = [n for n in ranked if n.node.node_id in s.grades and s.grades[n.node.node_id].grade in wanted]
-        return kept[: self._cfg.max_sources]
+        return kept_passages(list(s.candidates.values()), s.grades, proceed=proceed, limit=self._cfg.max_sources)
 
     # -- 8. context refinement
     @step

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -43,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 GradeLabel = Literal["yes", "partial", "no", "ungraded"]
 TOP_LOGPROBS = 10
+_OUTAGE = "grading failed"
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,29 @@ class Grader:
                 rest.append(n)
         return rejected, rest
 
+    def grade_best(
+        self,
+        question: str,
+        nodes: list[NodeWithScore],
+        limit: int,
+        sources_of: Callable[[list[NodeWithScore]], list[Source]],
+    ) -> list[Grade]:
+        """Grades of ``nodes`` (best first), asked over the sources ``sources_of`` makes of them, as generation
+        reads them: the first ``limit`` as one set, later ones only while fewer than ``limit`` are kept (yes or
+        partial). When the whole first set is kept, its grades and the answer share one prompt prefix. After
+        an outage the rest are left ungraded without a call."""
+        grades: list[Grade] = []
+        kept = 0
+        while nodes and (room := limit - kept) > 0:
+            group, nodes = nodes[:room], nodes[room:]
+            batch = self.grade(question, sources_of(group))
+            grades += batch
+            kept += sum(g.grade in ("yes", "partial") for g in batch)
+            if any(g.reason == _OUTAGE for g in batch):
+                grades += [Grade(n.node.node_id, "ungraded", _OUTAGE, 0.0, "fail-open") for n in nodes]
+                break
+        return grades
+
     def grade(self, question: str, sources: list[Source]) -> list[Grade]:
         """A grade for each corpus source, in order; every call starts with these sources, as generation does."""
         # The prompt is part of the key: a change of wording must not reuse old grades.
@@ -118,7 +143,7 @@ class Grader:
             except LLMError as exc:
                 logger.warning("grading failed, keeping the remaining sources ungraded: %s", exc)
                 for rest in pending:
-                    out.setdefault(rest.node_id, Grade(rest.node_id, "ungraded", "grading failed", 0.0, "fail-open"))
+                    out.setdefault(rest.node_id, Grade(rest.node_id, "ungraded", _OUTAGE, 0.0, "fail-open"))
                 return out
             if p_yes is None:
                 out[nid] = Grade(nid, "ungraded", "neither yes nor no among the likely replies", 0.0, "fail-open")
