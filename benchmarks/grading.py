@@ -219,7 +219,7 @@ def grade_all(
     old = None
     if old_grader is not None:
         old = old_grader(rag.db, callers["old"], floor=0.12, keep_similarity=0.7,
-                         passage_chars=cfg.grade_passage_chars, embed_model=embed)  # fmt: skip
+                         passage_chars=700, embed_model=embed)  # fmt: skip  (the old grader's window)
     records: list[Record] = []
     timings: list[QuestionTiming] = []
     for qid, question, nodes, relevant in questions:

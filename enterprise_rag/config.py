@@ -233,8 +233,6 @@ class RetrievalSettings(_Section):
     )
 
 
-SmallModelAids = Literal["auto", "on", "off"]
-
 # Fitted by benchmarks/grading.py (local grader, pooled dev scenarios + SciFact; see that script's docstring).
 FITTED_GRADE_THRESHOLDS: dict[str, tuple[float, float]] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": (0.05, 0.14)}
 # MiniLM similarities (the local int8 model): under 0.12, passages were almost never relevant.
@@ -263,18 +261,7 @@ class WorkflowSettings(_Section):
         " passage is rejected without an LLM call. A model not listed has no floor (similarities are not"
         " comparable across models).",
     )
-    grade_passage_chars: int = Field(
-        700,
-        ge=100,
-        description="Characters of each source in the small-model retry after a not-found (of a longer one,"
-        " the window around its paragraph most similar to the question).",
-    )
     min_yes: int = Field(1, ge=1, description="Passages graded yes needed to proceed without correction.")
-    small_model_aids: SmallModelAids = Field(
-        "auto",
-        description="Compensations for a small generator (enterprise_rag.answer.small_model): after a not-found,"
-        " answer once more from the passages most likely to hold the answer. auto = on for the local model only.",
-    )
     max_query_rewrites: int = Field(2, ge=0, le=5, description="Rewrite-and-retrieve rounds before web fallback.")
     max_citation_revisions: int = Field(1, ge=0, le=5, description="Revisions of failed sentences (then dropped).")
     max_hallucination_retries: int = Field(2, ge=0, le=5, description="Revisions after unsupported claims.")

@@ -13,7 +13,6 @@ from llama_index.core.llms import LLM
 
 from enterprise_rag.answer.checks.grading import Grader
 from enterprise_rag.answer.runner import AnswerRunner, run_sync
-from enterprise_rag.answer.small_model import aids_enabled
 from enterprise_rag.answer.streaming import StreamEvent, iterate_sync
 from enterprise_rag.answer.workflow import AnswerWorkflow
 from enterprise_rag.config import RagSettings, load_settings
@@ -21,7 +20,6 @@ from enterprise_rag.errors import PermissionDeniedError
 from enterprise_rag.ingest.pipeline import Ingestor
 from enterprise_rag.principal import Principal, require_principal
 from enterprise_rag.providers import Providers
-from enterprise_rag.providers.local_llm import LocalLlamaLLM
 from enterprise_rag.query_engine import PermissionScopedQueryEngine
 from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions, RetrievalResult
 from enterprise_rag.schema.documents import document_id_for
@@ -270,7 +268,6 @@ class EnterpriseRAG:
         workflow = AnswerWorkflow(
             retrieve=retrieve, grader=grader, embed_model=embed_model, egress_allows=egress_allows,
             web_search=web_search, settings=cfg,
-            small_model_aids=aids_enabled(cfg.small_model_aids, local=isinstance(providers.generator, LocalLlamaLLM)),
         )  # fmt: skip
         llms = {"generator": providers.generator, "grader": providers.grader}
         return AnswerRunner(workflow, TraceStore(self.db), llms, cfg)

@@ -36,7 +36,6 @@ class RunState(BaseModel):
     citation_revisions: int = 0
     hallucination_retries: int = 0
     usefulness_retries: int = 0
-    narrowed: bool = False  # the small-model aid has answered once more from the likeliest sources
     web_used: bool = False
     verdict: SupportVerdict = NOT_APPLICABLE
     flagged: bool = False

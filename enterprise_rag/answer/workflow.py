@@ -12,9 +12,7 @@ The generator replies with ``[S1]``-cited text or exactly the not-found answer,
 read into a :class:`~enterprise_rag.answer.checks.draft.Draft`. "Not found" is that
 reply as a whole, a structural signal, never a phrase of the answer. Every sentence is verified in code
 (:mod:`enterprise_rag.answer.checks.verification`); one that fails is revised once,
-then dropped, and a draft with nothing left is a not-found. With a small local
-generator, a not-found from the kept sources gets one more generation from the
-likeliest of them (:mod:`enterprise_rag.answer.small_model`). The verifier then
+then dropped, and a draft with nothing left is a not-found. The verifier then
 checks each remaining sentence as a claim, without being told whether an answer
 exists; what it does not support is left out, or the answer is flagged.
 
@@ -60,7 +58,6 @@ from enterprise_rag.answer.events import (
     WebFallback,
 )
 from enterprise_rag.answer.outcome import Outcome
-from enterprise_rag.answer.small_model import narrowed_sources
 from enterprise_rag.answer.sources import corpus_sources, kept_passages, refine, relabel, web_sources
 from enterprise_rag.answer.state import RunState
 from enterprise_rag.answer.web import WebSearch, more_phrasings, search_all
@@ -132,7 +129,6 @@ class AnswerWorkflow(Workflow):
         egress_allows: EgressCheck,
         web_search: WebSearch,
         settings: WorkflowSettings,
-        small_model_aids: bool = False,
     ) -> None:
         super().__init__(timeout=None)
         self._retrieve = retrieve
@@ -141,7 +137,6 @@ class AnswerWorkflow(Workflow):
         self._egress_allows = egress_allows
         self._web_search = web_search
         self._cfg = settings
-        self._small_model_aids = small_model_aids
 
     def _done(self, s: RunState, answer: str, *, not_found: bool = False) -> StopEvent:
         s.answer = answer
@@ -317,10 +312,6 @@ class AnswerWorkflow(Workflow):
                 _record(ctx, s, "citations", t0, not_found=True, kept_before=len(before.sentences) if before else 0)
                 if before is not None and before.sentences:  # a revision that gives up loses no verified sentence
                     return self._checked(s, before)
-                if narrow := await self._narrowed(s):
-                    s.narrowed, s.sources = True, relabel(narrow)
-                    _record(ctx, s, "narrow", t0, sources=[(x.label, x.source, x.page) for x in s.sources])
-                    return Generate(sources=s.sources, question=s.answered)
                 return self._generator_found_nothing(s)  # the generator is the last relevance judge
             sources = {x.label: x.text for x in s.sources}
             # The question's words may be repeated without a source, a follow-up's as asked and as rewritten.
@@ -341,13 +332,6 @@ class AnswerWorkflow(Workflow):
             if not kept.sentences:
                 return self._generator_found_nothing(s)
             return self._checked(s, kept)
-
-    async def _narrowed(self, s: RunState) -> list[Source]:
-        """The sources of the small-model aid's one more generation; none when the aid is off or used."""
-        if not self._small_model_aids or s.narrowed:
-            return []
-        return await asyncio.to_thread(narrowed_sources, s.sources, s.grades, s.answered,
-                                       chars=self._cfg.grade_passage_chars, embed_model=self._embed_model)  # fmt: skip
 
     @staticmethod
     def _checked(s: RunState, draft: Draft) -> CitationsChecked:

@@ -46,7 +46,6 @@ from tests.support.workflow import (
     grade_yes_if,
     llms,
     must_not_run,
-    passage_in,
     sentence_with,
     sources_in,
     write_docs,
@@ -973,31 +972,6 @@ def test_the_sync_api_works_inside_a_running_event_loop(make_rag: MakeRag) -> No
     assert FACT in res.answer
     assert [e.kind for e in events][:2] == ["started", "step"] and events[-1].kind == "result"
     assert events[-1].data.answer == res.answer
-
-
-def _misses_in_a_long_context(messages: list[Any], kwargs: dict[str, Any]) -> str:
-    """A generator that finds the answer among two sources but not among more (as a small model does)."""
-    return NOT_FOUND_ANSWER if len(sources_in(messages)) > 2 else answer_with(FACT)(messages, kwargs)
-
-
-def _grade_fact_yes_rest_partial(messages: list[Any], kwargs: dict[str, Any]) -> Any:
-    return yes_probability(1.0 if FACT in passage_in(messages) else 0.3)
-
-
-@pytest.mark.parametrize("aids", ["on", "off"])
-def test_the_small_model_aid_answers_once_more_from_the_likeliest_sources(make_rag: MakeRag, aids: str) -> None:
-    generator, grader = llms(grade=_grade_fact_yes_rest_partial, generate=_misses_in_a_long_context)
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "small_model_aids": aids})
-    res = rag.query(QUESTION, user=ALICE)
-    narrow = step_data(rag.trace(res.trace_id, ALICE), "narrow")
-    if aids == "off":
-        assert res.pipeline["not_found"] is True and generator.count("generate") == 1 and not narrow
-        return
-    assert FACT in res.answer and res.citations and generator.count("generate") == 2
-    ((label, source, _),) = narrow[0]["sources"]
-    assert label == "S1" and source.endswith("vacation.md")
-    (first, second) = [msgs for name, msgs in generator.calls if name == "generate"]
-    assert len(sources_in(first)) == 3 and first[-1].content == second[-1].content  # the same neutral task
 
 
 def test_the_check_shows_each_claim_with_the_passage_code_matched_it_to(make_rag: MakeRag) -> None:

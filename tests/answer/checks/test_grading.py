@@ -4,7 +4,7 @@ The grader runs on the real embedded PostgreSQL (its grade cache); only the
 grader LLM is a :class:`ScriptedLLM` that records each prompt and returns
 first-token probabilities the way the local engine does
 (``choices[0].logprobs.content[0].top_logprobs``). What a long passage shows of
-itself in a short window (the small-model retry, the LLM reranker) is tested
+itself in a short window (what the LLM reranker reads) is tested
 here too.
 """
 
@@ -24,7 +24,7 @@ from enterprise_rag.config import FITTED_GRADE_THRESHOLDS, WorkflowSettings, loa
 from enterprise_rag.errors import LLMError
 from enterprise_rag.llm import prompts, untrusted
 from enterprise_rag.llm.caller import LLMCaller, top_logprobs_of, yes_share
-from enterprise_rag.retrieval.windows import focus, paragraphs, question_windows
+from enterprise_rag.retrieval.windows import focus
 from enterprise_rag.schema.sources import Source
 from enterprise_rag.testing import ScriptedLLM, TokenProbabilities, yes_probability
 from tests.support.workflow import ALICE, CHECK_OK, DOCS, llms, passage_in, write_docs
@@ -32,8 +32,7 @@ from tests.support.workflow import QUESTION as VACATION_QUESTION
 
 QUESTION = "Above what amount do I need to attach an itemised receipt to an expense claim?"
 ANSWER = "An itemised receipt is required for any single cost over $25; smaller costs need a short description."
-# A merged parent: its first paragraphs share more literal question words ("what", "need", "claim",
-# "expense") than the answering one, which says "receipt", "itemised" and "cost" once each.
+# A merged parent of several sections, longer than the windows below.
 PARENT = "\n\n".join(
     [
         "## 1. Overview\nThis policy explains what can be claimed, the evidence we need, and the deadlines for "
@@ -52,38 +51,6 @@ PARENT = "\n\n".join(
 def test_focus_returns_short_text_whole_and_long_text_within_the_limit() -> None:
     assert focus(QUESTION, "short", 100) == "short"
     assert len(focus(QUESTION, PARENT, 300)) <= 300
-
-
-def test_focus_grows_the_window_around_the_most_relevant_paragraph() -> None:
-    parts = paragraphs(PARENT)
-    relevance = [0.1] * len(parts)
-    relevance[3] = 0.9
-    window = focus(QUESTION, PARENT, 400, relevance)
-    assert ANSWER in window and parts[4] in window  # the anchor and its next neighbour
-    assert parts[0] not in window
-    # Scores that do not match the paragraphs are ignored rather than misapplied.
-    assert focus(QUESTION, PARENT, 400, [0.9]) == focus(QUESTION, PARENT, 400)
-
-
-def test_a_paragraph_holding_a_code_of_the_question_is_shown_first(embed_model: Any) -> None:
-    question = "What should I tell a customer who sees E-4120 when sending a payment?"
-    decoy = ("## E-4012 - Session expired\nWhat to tell a customer who sees this error when sending a payment: "
-             "their session ended, so they sign in again and send the payment once more.")  # fmt: skip
-    target = "## E-4120 - Daily limit exceeded\nThe account is over its daily outgoing limit; the fix is form LD-7."
-    filler = "## Overview\n" + "This reference lists the codes returned by the Payments API. " * 4
-    parent = "\n\n".join([filler, decoy, filler.replace("Overview", "Formats"), target])
-    q = embed_model.get_query_embedding(question)
-    sims = [sum(a * b for a, b in zip(q, embed_model.get_text_embedding(p), strict=True)) for p in (decoy, target)]
-    assert sims[0] > sims[1]  # dense similarity alone would show the decoy: what this test guards against
-    (window,) = question_windows(question, [parent], 300, embed_model)
-    assert target in window and decoy not in window
-
-
-def test_a_dense_window_finds_the_answering_paragraph_that_shared_words_miss(embed_model: Any) -> None:
-    (dense,) = question_windows(QUESTION, [PARENT], 400, embed_model)
-    (words,) = question_windows(QUESTION, [PARENT], 400, None)
-    assert ANSWER in dense and "## 1. Overview" not in dense
-    assert ANSWER not in words and "## 1. Overview" in words  # the baseline the dense window replaces
 
 
 def grader_with(rag: EnterpriseRAG, handler: Any, **kwargs: Any) -> tuple[Grader, ScriptedLLM]:
