@@ -186,8 +186,13 @@ class AnswerWorkflow(Workflow):
                 grader = self._grader(s.run.caller)
                 rejected, ranked = grader.under_floor(ev.passages)
                 ranked.sort(key=lambda n: -(n.score or 0.0))
+                # Earlier rounds' kept passages compete for generation's places: grading asks over the set
+                # generation would read, so a re-retrieval's answer reuses its grading prefix too.
+                carried = kept_passages(
+                    list(s.candidates.values()), s.grades, proceed=True, limit=self._cfg.max_sources
+                )
                 graded = await asyncio.to_thread(grader.grade_best, s.answered, ranked, self._cfg.max_sources,
-                                                 lambda group: self._sources(s, group, [])[0])  # fmt: skip
+                                                 lambda group: self._sources(s, group, [])[0], carried)  # fmt: skip
                 s.grades.update((g.node_id, g) for g in rejected + graded)
             d = s.decision = decide(list(s.grades.values()), min_yes=self._cfg.min_yes)
             _record(ctx, s, "grade", t0, grades=[g.to_dict() for g in s.grades.values()], decision=d.decision,

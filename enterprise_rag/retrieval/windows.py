@@ -48,4 +48,3 @@ def focus(question: str, text: str, limit: int) -> str:
         if score > best_score:
             best, best_score = "\n\n".join(window)[:limit], score
     return best
-

@@ -24,7 +24,7 @@ from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.answer.checks.citations import strip_citations
 from enterprise_rag.answer.checks.draft import Draft
 from enterprise_rag.answer.workflow import FLAGGED_ANSWER, AnswerWorkflow
-from enterprise_rag.config import load_settings
+from enterprise_rag.config import WorkflowSettings, load_settings
 from enterprise_rag.errors import LLMError, PermissionDeniedError
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.providers.curated_search import CuratedWebSearch
@@ -46,6 +46,7 @@ from tests.support.workflow import (
     grade_yes_if,
     llms,
     must_not_run,
+    passage_in,
     sentence_with,
     sources_in,
     write_docs,
@@ -487,6 +488,24 @@ def test_a_re_retrieval_starts_a_new_prefix_that_generation_shares(make_rag: Mak
     assert "60 euros" in res.answer and res.pipeline["query_rewrites"] == 1
     first, second = (system for name, system in system_messages(grader) if name == "grade")
     assert first != second and "vacation" in first and "Meals" in second
+    assert {system for name, system in system_messages(generator, grader) if name in ("generate", "check")} == {second}
+
+
+def test_a_passage_kept_before_a_re_retrieval_shares_the_new_prefix(make_rag: MakeRag) -> None:
+    """The first passage is only partial, so the question is rewritten; the second retrieval's passage is graded
+    over both, the set generation then reads: the answer reuses the second round's grading prefix."""
+    partial = sum(WorkflowSettings().grade_thresholds_fallback) / 2
+
+    def grade(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        return yes_probability(1.0 if "Meals" in passage_in(messages) else partial)
+
+    generator, grader = llms(grade=grade, generate=answer_with("Meals"),
+                             rewrite="meals reimbursed during business travel per day")  # fmt: skip
+    rag = make_rag(generator, grader, workflow={"top_k": 1, "max_query_rewrites": 1})
+    res = rag.query(QUESTION, user=ALICE)
+    assert "60 euros" in res.answer and res.pipeline["query_rewrites"] == 1
+    first, second = (system for name, system in system_messages(grader) if name == "grade")
+    assert "vacation" in first and "Meals" not in first and "vacation" in second and "Meals" in second
     assert {system for name, system in system_messages(generator, grader) if name in ("generate", "check")} == {second}
 
 

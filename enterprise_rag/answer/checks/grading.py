@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -98,20 +98,27 @@ class Grader:
         nodes: list[NodeWithScore],
         limit: int,
         sources_of: Callable[[list[NodeWithScore]], list[Source]],
+        carried: Sequence[NodeWithScore] = (),
     ) -> list[Grade]:
-        """Grades of ``nodes`` (best first), asked over the sources ``sources_of`` makes of them, as generation
-        reads them: the first ``limit`` as one set, later ones only while fewer than ``limit`` are kept (yes or
-        partial). When the whole first set is kept, its grades and the answer share one prompt prefix. After
-        an outage the rest are left ungraded without a call."""
+        """Grades of ``nodes``, asked over the sources generation would read if every passage asked about were
+        kept: the best ``limit`` by retrieval score of ``carried`` (passages kept in earlier rounds) and of
+        ``nodes`` not yet graded no. Asked again while that set holds a passage not yet asked about, so the
+        last set, when all of it is kept, is generation's prompt prefix too; nodes that cannot enter it are
+        not asked about. After an outage the rest are left ungraded without a call."""
+        kept, pending = list(carried), {n.node.node_id: n for n in nodes}
         grades: list[Grade] = []
-        kept = 0
-        while nodes and (room := limit - kept) > 0:
-            group, nodes = nodes[:room], nodes[room:]
-            batch = self.grade(question, sources_of(group))
-            grades += batch
-            kept += sum(g.grade in ("yes", "partial") for g in batch)
-            if any(g.reason == _OUTAGE for g in batch):
-                grades += [Grade(n.node.node_id, "ungraded", _OUTAGE, 0.0, "fail-open") for n in nodes]
+        while best := sorted(kept + list(pending.values()), key=lambda n: -(n.score or 0.0))[:limit]:
+            asked = [n for n in best if n.node.node_id in pending]
+            if not asked:
+                break
+            by_id = {g.node_id: g for g in self.grade(question, sources_of(best))}
+            for n in asked:
+                del pending[n.node.node_id]
+                grades.append(grade := by_id[n.node.node_id])
+                if grade.grade in ("yes", "partial"):
+                    kept.append(n)
+            if any(g.reason == _OUTAGE for g in grades):
+                grades += [Grade(n.node.node_id, "ungraded", _OUTAGE, 0.0, "fail-open") for n in pending.values()]
                 break
         return grades
 

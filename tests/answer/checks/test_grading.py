@@ -113,6 +113,31 @@ def test_every_grade_call_starts_with_the_generation_prefix_and_names_its_source
     assert [prompts.graded_source(messages) for _, messages in llm.calls] == ["First passage.", "Second passage."]
 
 
+def test_grade_best_asks_over_the_set_generation_would_read_with_earlier_kept_passages(rag: EnterpriseRAG) -> None:
+    """A passage kept in an earlier round holds its place; each call's prefix is the best ``limit`` passages
+    not yet graded no, so the last one is the kept set, and passages that cannot enter it are never asked."""
+    texts = {"k": "Kept earlier: relevant.", "a": "Passage a: off topic.", "b": "Passage b: relevant.",
+             "c": "Passage c: relevant.", "d": "Passage d: relevant."}  # fmt: skip
+
+    def relevant(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        return yes_probability(1.0 if "relevant" in prompts.graded_source(messages) else 0.0)
+
+    def sources_for(group: list[NodeWithScore]) -> list[Source]:
+        return sources_of({n.node.node_id: n.node.get_content() for n in group})
+
+    grader, llm = grader_with(rag, relevant)
+    grader.grade(QUESTION, sources_of({"k": texts["k"]}))  # the earlier round: cached
+    carried, *nodes = [NodeWithScore(node=TextNode(id_=k, text=v), score=s)
+                       for (k, v), s in zip(texts.items(), (0.9, 0.8, 0.7, 0.6, 0.5), strict=True)]  # fmt: skip
+    grades = grader.grade_best(QUESTION, nodes, 2, sources_for, [carried])
+
+    assert [(g.node_id, g.grade) for g in grades] == [("a", "no"), ("b", "yes")]
+    asked = llm.calls[1:]
+    assert [prompts.graded_source(messages) for _, messages in asked] == [texts["a"], texts["b"]]
+    kept_prefix = prompts.generate_messages(sources_of({"k": texts["k"], "b": texts["b"]}), QUESTION)[0].content
+    assert [messages[0].content for _, messages in asked][-1] == kept_prefix
+
+
 def test_web_sources_are_in_the_prefix_but_not_graded(rag: EnterpriseRAG) -> None:
     web = Source(label="S2", text="A web page.", source="https://example.com", page=None, title="Web",
                  breadcrumb="Web", effective_date=None, status="current", document_id="w", kind="web")  # fmt: skip
