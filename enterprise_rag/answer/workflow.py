@@ -185,7 +185,6 @@ class AnswerWorkflow(Workflow):
             if ev.passages:
                 grader = self._grader(s.run.caller)
                 rejected, ranked = grader.under_floor(ev.passages)
-                ranked.sort(key=lambda n: -(n.score or 0.0))
                 # Earlier rounds' kept passages compete for generation's places: grading asks over the set
                 # generation would read, so a re-retrieval's answer reuses its grading prefix too.
                 carried = kept_passages(

@@ -100,11 +100,11 @@ class Grader:
         sources_of: Callable[[list[NodeWithScore]], list[Source]],
         carried: Sequence[NodeWithScore] = (),
     ) -> list[Grade]:
-        """Grades of ``nodes``, asked over the sources generation would read if every passage asked about were
-        kept: the best ``limit`` by retrieval score of ``carried`` (passages kept in earlier rounds) and of
-        ``nodes`` not yet graded no. Asked again while that set holds a passage not yet asked about, so the
-        last set, when all of it is kept, is generation's prompt prefix too; nodes that cannot enter it are
-        not asked about. After an outage the rest are left ungraded without a call."""
+        """Grades of ``nodes`` (in any order), asked over the sources generation would read if every passage
+        asked about were kept: the best ``limit`` by retrieval score of ``carried`` (passages kept in earlier
+        rounds) and of ``nodes`` not yet graded no. Asked again while that set holds a passage not yet asked
+        about, so the last set, when all of it is kept, is generation's prompt prefix too; nodes that cannot
+        enter it are not asked about. After an outage the rest are left ungraded without a call."""
         kept, pending = list(carried), {n.node.node_id: n for n in nodes}
         grades: list[Grade] = []
         while best := sorted(kept + list(pending.values()), key=lambda n: -(n.score or 0.0))[:limit]:
