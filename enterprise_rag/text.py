@@ -14,11 +14,14 @@ Different needs get different, named cuts, each for what it is compared with:
   :func:`coined_names` its one-word made-up names (``Tulip-Hammer``, ``SecureLink``), which an
   answer, like codes, may only pass on from its sources.
 * :func:`word_count`: how long a sentence is, as a reader counts it.
+* :func:`split_line`: the sentences of one line of text, where abbreviations, decimals, codes and
+  quotations never end a sentence.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TOKEN = re.compile(r"\w[\w.\-/]*\w|\w", re.UNICODE)
@@ -98,6 +101,71 @@ def coined_names(text: str) -> set[str]:
     return {m.lower() for m in _COINED.findall(text)}
 
 
+_DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"), "-")
+_APOSTROPHES = dict.fromkeys(map(ord, "\u2018\u2019\u201a\u201b\u2032`"), "'")
+_SEQUENCE_WORD = re.compile(r"[^\W_]+(?:['.,:/-][^\W_]+)*")
+
+
+def word_sequence(text: str) -> str:
+    """``text`` as its words, lower case, single-spaced and padded, dashes and apostrophes folded (codes,
+    decimals and contractions kept whole): how evidence is compared to a source."""
+    text = unicodedata.normalize("NFKC", text).translate(_DASHES).translate(_APOSTROPHES).casefold()
+    return f" {' '.join(_SEQUENCE_WORD.findall(text))} "
+
+
 def word_count(text: str) -> int:
     """Whitespace-separated tokens of ``text`` holding a letter or digit (``AB-123``, ``2.5%`` count once)."""
     return sum(1 for token in text.split() if any(ch.isalnum() for ch in token))
+
+
+_ABBREVS = frozenset(
+    {
+        "e.g", "i.e", "cf", "viz", "vs", "mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "inc", "ltd", "corp",
+        "co", "dept", "approx", "est", "al", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept",
+        "oct", "nov", "dec",
+    }
+)  # fmt: skip
+_NUMBER_ABBREVS = frozenset({"no", "nos", "p", "pp", "fig", "sec", "art", "vol", "ch", "para"})
+_TERMINATOR = re.compile(r"[.!?]+[)\]\"'\u201d\u2019\u00bb]*")
+
+
+def _is_abbrev(before: str, next_char: str) -> bool:
+    """Whether the '.' ending ``before`` belongs to an abbreviation, not a sentence end."""
+    m = re.search(r"([A-Za-z][A-Za-z.]*)$", before)
+    if not m:
+        return False
+    token = m.group(1)
+    low = token.lower()
+    if low in _ABBREVS or "." in token or (len(token) == 1 and token.isupper()):
+        return True
+    return low in _NUMBER_ABBREVS and next_char.isdigit()
+
+
+def split_line(line: str, keep_after: re.Pattern[str] | None = None) -> list[str]:
+    """The sentences of one line, stripped; text matching ``keep_after`` right after a sentence's end (an
+    answer's citation labels) stays with that sentence. A sentence ends at ``.``, ``!`` or ``?`` followed
+    by a space and a capital, digit, quote or bracket, unless it ends an abbreviation or sits inside a
+    quotation."""
+    out: list[str] = []
+    start = 0
+    for m in _TERMINATOR.finditer(line):
+        if m.start() < start:
+            continue
+        end = m.end()
+        seg = line[start:end]
+        trailing = keep_after.match(line, end) if keep_after is not None else None
+        if trailing:
+            end = trailing.end()
+        rest = line[end:]
+        nxt = rest.lstrip()[:1]
+        if not rest[:1].isspace() or not nxt or not (nxt.isupper() or nxt.isdigit() or nxt in '"\u201c(*_['):
+            continue
+        if seg.count('"') % 2 or seg.count("\u201c") > seg.count("\u201d"):
+            continue  # the terminator is inside a quotation
+        if line[m.start()] == "." and _is_abbrev(line[start : m.start()], nxt):
+            continue
+        out.append(line[start:end].strip())
+        start = end
+    if line[start:].strip():
+        out.append(line[start:].strip())
+    return out

@@ -14,6 +14,8 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from enterprise_rag.text import split_line
+
 _LABEL = r"[Ss]\s*\d+"
 _ITEM_SEP = r"\s*(?:[,;]|[-\u2010-\u2015]|\bto\b)?\s*"
 _BODY = rf"(?i:sources?\s*:?\s*)?{_LABEL}(?:{_ITEM_SEP}[Ss]?\s*\d+)*\s*"
@@ -27,45 +29,6 @@ _QUOTES = str.maketrans(
     | {c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"}
     | {"\u00ad": None}
 )
-_ABBREVS = frozenset(
-    {
-        "e.g",
-        "i.e",
-        "cf",
-        "viz",
-        "vs",
-        "mr",
-        "mrs",
-        "ms",
-        "dr",
-        "prof",
-        "st",
-        "sr",
-        "jr",
-        "inc",
-        "ltd",
-        "corp",
-        "co",
-        "dept",
-        "approx",
-        "est",
-        "al",
-        "jan",
-        "feb",
-        "mar",
-        "apr",
-        "jun",
-        "jul",
-        "aug",
-        "sep",
-        "sept",
-        "oct",
-        "nov",
-        "dec",
-    }
-)
-_NUMBER_ABBREVS = frozenset({"no", "nos", "p", "pp", "fig", "sec", "art", "vol", "ch", "para"})
-_TERMINATOR = re.compile(r"[.!?]+[)\]\"'\u201d\u2019\u00bb]*")
 _TRAILING_CITES = re.compile(rf"(?:\s*{CITATION.pattern})+[.!?]?")
 _HEADING = re.compile(r"^(?:#{1,6}\s+.*|\*\*[^*]+\*\*:?|__[^_]+__:?)$")
 _ITEM = re.compile(r"^(?:[-*+\u2022\u2013]|\d{1,3}[.)])\s+")
@@ -110,45 +73,6 @@ def strip_citations(text: str) -> str:
     return "\n".join(re.sub(r"[ \t]{2,}", " ", line).strip() for line in text.split("\n"))
 
 
-def _is_abbrev(before: str, next_char: str) -> bool:
-    """Whether the '.' ending ``before`` belongs to an abbreviation, not a sentence end."""
-    m = re.search(r"([A-Za-z][A-Za-z.]*)$", before)
-    if not m:
-        return False
-    token = m.group(1)
-    low = token.lower()
-    if low in _ABBREVS or "." in token or (len(token) == 1 and token.isupper()):
-        return True
-    return low in _NUMBER_ABBREVS and next_char.isdigit()
-
-
-def split_line(line: str) -> list[str]:
-    """Sentences of one line; trailing citations stay with the sentence they follow."""
-    out: list[str] = []
-    start = 0
-    for m in _TERMINATOR.finditer(line):
-        if m.start() < start:
-            continue
-        end = m.end()
-        seg = line[start:end]
-        trailing = _TRAILING_CITES.match(line, end)
-        if trailing:
-            end = trailing.end()
-        rest = line[end:]
-        nxt = rest.lstrip()[:1]
-        if not rest[:1].isspace() or not nxt or not (nxt.isupper() or nxt.isdigit() or nxt in '"\u201c(*_['):
-            continue
-        if seg.count('"') % 2 or seg.count("\u201c") > seg.count("\u201d"):
-            continue  # the terminator is inside a quotation
-        if line[m.start()] == "." and _is_abbrev(line[start : m.start()], nxt):
-            continue
-        out.append(line[start:end].strip())
-        start = end
-    if line[start:].strip():
-        out.append(line[start:].strip())
-    return out
-
-
 def split_sentences(text: str) -> list[str]:
     """Answer-aware units: a heading, or the sentences of a line (list markers and quote marks dropped);
     lines and list items never merge, fenced code is skipped."""
@@ -165,5 +89,5 @@ def split_sentences(text: str) -> list[str]:
         if _HEADING.match(line):
             units.append(line.lstrip("#").strip())
         else:
-            units.extend(split_line(_ITEM.sub("", line, count=1)))
+            units.extend(split_line(_ITEM.sub("", line, count=1), _TRAILING_CITES))
     return units

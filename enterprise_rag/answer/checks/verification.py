@@ -42,7 +42,6 @@ come from a source about something else (a code one character away).
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -50,26 +49,17 @@ from urllib.parse import urlsplit
 from enterprise_rag.answer.checks.citations import split_sentences
 from enterprise_rag.answer.checks.draft import Draft, Quote, Sentence
 from enterprise_rag.answer.checks.numbers import numbers
-from enterprise_rag.text import coined_names, contact_points, identifiers, terms
+from enterprise_rag.text import coined_names, contact_points, identifiers, terms, word_sequence
 
 MIN_SHARE = 0.5
 REATTRIBUTE_SHARE = 0.8
 MIN_TERMS = 3
-_DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"), "-")
-_APOSTROPHES = dict.fromkeys(map(ord, "\u2018\u2019\u201a\u201b\u2032`"), "'")
-_WORD = re.compile(r"[^\W_]+(?:['.,:/-][^\W_]+)*")
 _LEAD = re.compile(r"^[\W_]*?((?:[^\W_]+[-./:@])*[^\W_]*\d[^\W_]*(?:[-./:@][^\W_]+)*)[\W_]*?\s+(?=[A-Z])")
 _REPORTING_FRAME = re.compile(
     r"^\s*(?:according\s+to\s+(?:the\s+)?(?:sources?|documents?)\s*,\s*"
     r"|(?:the\s+)?(?:sources?|documents?)\s+(?:state|say|mention|note|explain)s?\s+(?:that\s+)?)",
     re.IGNORECASE,
 )
-
-
-def word_sequence(text: str) -> str:
-    """``text`` as its words, lower case, single-spaced and padded: how evidence is compared to a source."""
-    text = unicodedata.normalize("NFKC", text).translate(_DASHES).translate(_APOSTROPHES).casefold()
-    return f" {' '.join(_WORD.findall(text))} "
 
 
 @dataclass(frozen=True)
