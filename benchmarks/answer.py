@@ -168,14 +168,13 @@ def prefix_comparison(rag: EnterpriseRAG, cases: list[dict[str, Any]]) -> None:
     for case in cases:
         user = Principal(case["user"]["user_id"], case["user"]["groups"])
         sources = corpus_sources(rag.retrieve(case["question"], user=user, top_k=3))
-        timed_chat(llm, prompts.generate_messages(sources, case["question"]), max_tokens=64)
-        s, raw = timed_chat(llm, prompts.check_messages(sources, case["question"], [("C1", "Draft answer.", [])]),
-                            max_tokens=1)  # fmt: skip
+        timed_chat(llm, prompts.answer_messages(sources, case["question"], []), max_tokens=64)
+        s, raw = timed_chat(llm, prompts.support_messages(sources, [], "Draft answer."), max_tokens=1)
         warm += s
         cached_tokens += raw.get("usage", {}).get("prompt_tokens_details", {}).get("cached_tokens", 0)
         # Cold: the same check with a different first token, so no cached prefix can be reused
         # (an unrelated call in between does not evict it: the server keeps its prompt cache).
-        cold_messages = prompts.check_messages(sources, case["question"], [("C1", "Draft answer.", [])])
+        cold_messages = prompts.support_messages(sources, [], "Draft answer.")
         cold_messages[0] = ChatMessage(
             role=cold_messages[0].role, content=f"{uuid.uuid4()}\n{cold_messages[0].content}"
         )

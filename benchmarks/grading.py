@@ -64,7 +64,7 @@ from _common import SCIFACT, SHARED, fresh_database, iter_scifact, temp_data_dir
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.answer.checks.grading import Grader
-from enterprise_rag.answer.sources import corpus_sources, refine
+from enterprise_rag.answer.sources import corpus_sources, evidence_of, refine
 from enterprise_rag.config import load_settings
 from enterprise_rag.evaluation import load_beir
 from enterprise_rag.ingest.pipeline import Ingestor
@@ -225,7 +225,9 @@ def grade_all(
     for qid, question, nodes, relevant in questions:
         t0 = time.perf_counter()
         sources, _ = refine(question, corpus_sources(nodes), embed, cfg.refine_floor)
-        grades = {g.node_id: g for g in new.grade(question, sources)}
+        units = evidence_of(question, sources, embed, cfg.evidence_units)
+        graded = new.grade_units(question, sources, units)
+        grades = {g.node_id: g for g in new.passage_grades(sources, units, graded)}  # a passage: its best unit
         seconds = (time.perf_counter() - t0) / max(1, len(nodes))
         rows = []
         for node in nodes:

@@ -49,7 +49,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/ holds 
 from enterprise_rag import EnterpriseRAG, Principal  # noqa: E402
 from enterprise_rag.config import load_settings  # noqa: E402
 from enterprise_rag.ingest.discovery import discover  # noqa: E402
-from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER  # noqa: E402
 from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding  # noqa: E402
 from enterprise_rag.store.embedded import start_embedded, stop_embedded  # noqa: E402
 from enterprise_rag.testing import ScriptedLLM, load, tenants, yes_probability  # noqa: E402
@@ -170,7 +169,7 @@ def sql_probes(server: str, root: Path, embed_model: Any) -> tuple[str, str]:
     """SQL run as the package's login role, inside signed reads and in a bare session: rows returned
     beyond what the principal may read (the BM25 statistics, corpus-wide by design, count as readable)."""
     dsn = fresh_database(server, "reliability_sql")
-    llm = ScriptedLLM({"grade": yes_probability(0.9), "generate": NOT_FOUND_ANSWER, "rewrite": "policy text"})
+    llm = ScriptedLLM({"grade": yes_probability(0.9), "generate": {}, "rewrite": "policy text"})
     rag = EnterpriseRAG(data_dir=root / "sql", settings=load_settings(None, database={"dsn": dsn}),
                         embed_model=embed_model, generator=llm, grader=llm)  # fmt: skip
     docs = root / "sql-docs"

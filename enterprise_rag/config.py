@@ -234,9 +234,11 @@ class RetrievalSettings(_Section):
 
 
 # Fitted by benchmarks/grading.py (local grader, pooled dev scenarios + SciFact; see that script's docstring).
-FITTED_GRADE_THRESHOLDS: dict[str, tuple[float, float]] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": (0.05, 0.14)}
+FITTED_GRADE_THRESHOLDS: dict[str, tuple[float, float]] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": (0.4, 0.5)}
 # MiniLM similarities (the local int8 model): under 0.12, passages were almost never relevant.
 FITTED_GRADE_FLOORS: dict[str, float] = {"all-MiniLM-L6-v2-onnx-int8": 0.12}
+FITTED_SUPPORT_THRESHOLDS: dict[str, float] = {}
+DEFAULT_COMPENSATIONS = ("question_codes",)
 
 
 class WorkflowSettings(_Section):
@@ -263,9 +265,7 @@ class WorkflowSettings(_Section):
     )
     min_yes: int = Field(1, ge=1, description="Passages graded yes needed to proceed without correction.")
     max_query_rewrites: int = Field(2, ge=0, le=5, description="Rewrite-and-retrieve rounds before web fallback.")
-    max_citation_revisions: int = Field(1, ge=0, le=5, description="Revisions of failed sentences (then dropped).")
-    max_hallucination_retries: int = Field(2, ge=0, le=5, description="Revisions after unsupported claims.")
-    max_usefulness_retries: int = Field(1, ge=0, le=5, description="Reruns after an answer that misses the question.")
+    max_revisions: int = Field(1, ge=0, le=5, description="Revisions of the sentences that failed verification.")
     link_allow_list: list[str] = Field(
         default_factory=list,
         description="Web hosts (e.g. intranet.example, subdomains included) an answer may link to though no cited"
@@ -277,15 +277,35 @@ class WorkflowSettings(_Section):
     answer_max_tokens: int = Field(
         640, ge=32, description="Tokens for an answer (a cap: a list answer cut off at 320 lost its last items)."
     )
-    check_max_tokens: int = Field(320, ge=32, description="Tokens for the support and usefulness check.")
+    evidence_units: int = Field(
+        8,
+        ge=1,
+        le=32,
+        description="Evidence units (a line, a table row, a whole list) of the sources put to the"
+        " grader per round, the best by rank.",
+    )
+    max_evidence: int = Field(6, ge=1, le=20, description="Graded evidence units an answer is written from at most.")
+    evidence_margin: float = Field(
+        0.05, ge=0, le=1, description="Evidence units within this much of the best p(yes) are written from."
+    )
     web_phrasings: int = Field(3, ge=1, le=5, description="Query phrasings searched on a full web fallback.")
     web_confidence_cap: float = Field(
         0.5, ge=0, le=1, description="Highest confidence of an answer resting on web sources with weak corpus hits."
     )
-    web_support_threshold: float = Field(
-        1.0, ge=0, le=1, description="Share of supported claims required when web sources are used (stricter)."
+    support_thresholds: dict[str, float] = Field(
+        default_factory=lambda: dict(FITTED_SUPPORT_THRESHOLDS),
+        description="Per judge model name: the p(yes) at which a claim counts as stated by its lines."
+        " The local model's was fitted by benchmarks/grounding.py on the dev scenarios.",
     )
-    support_threshold: float = Field(0.75, ge=0, le=1, description="Share of supported claims required otherwise.")
+    support_threshold_fallback: float = Field(0.5, ge=0, le=1, description="The same for a model not listed.")
+    web_support_margin: float = Field(
+        0.2, ge=0, le=1, description="Added to the support threshold for claims resting on web sources (stricter)."
+    )
+    compensations: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_COMPENSATIONS),
+        description="Small-model aids switched on (enterprise_rag.answer.compensations; see docs/answers.md for"
+        " what each does and its measured effect).",
+    )
     llm_timeout_s: float = Field(240.0, gt=0, description="Seconds before one LLM call is abandoned and retried.")
     llm_max_retries: int = Field(2, ge=0, le=5, description="Retries of a failed LLM call, with backoff.")
     llm_backoff_s: float = Field(1.0, ge=0, description="First backoff between retries (doubles each time).")
@@ -303,6 +323,10 @@ class WorkflowSettings(_Section):
     def grade_thresholds_for(self, model: str) -> tuple[float, float]:
         """(partial, yes) thresholds on p(yes) for this grader model; the fallback for a model not listed."""
         return self.grade_thresholds.get(model, self.grade_thresholds_fallback)
+
+    def support_threshold_for(self, model: str) -> float:
+        """The p(yes) threshold of claim support for this judge model; the fallback for a model not listed."""
+        return self.support_thresholds.get(model, self.support_threshold_fallback)
 
     def grade_floor_for(self, model: str) -> float | None:
         """The dense-similarity floor for this embedding model; None (no floor) for a model not listed."""

@@ -42,7 +42,7 @@ from enterprise_rag.testing import ScriptedLLM
 from tests.conftest import REPO
 from tests.support.http import clean_env, completion, no_network  # noqa: F401  (autouse guards)
 from tests.support.ingest import assert_consistent
-from tests.support.workflow import ALICE, CHECK_OK, DOCS, FACT, QUESTION, llms, must_not_run, write_docs
+from tests.support.workflow import ALICE, DOCS, FACT, QUESTION, llms, must_not_run, supported_if_stated, write_docs
 
 OPENAI = "https://api.openai.com/v1"
 COHERE_RERANK = "https://api.cohere.com/v2/rerank"
@@ -534,7 +534,9 @@ def test_sigkill_mid_query_resumes_from_the_trace_without_repeating_llm_calls(
             "revise": must_not_run("revise"),
         }
     )
-    grader2 = ScriptedLLM({"grade": must_not_run("grade"), "rewrite": must_not_run("rewrite"), "check": CHECK_OK})
+    grader2 = ScriptedLLM(
+        {"grade": must_not_run("grade"), "rewrite": must_not_run("rewrite"), "support": supported_if_stated}
+    )
     with EnterpriseRAG(data_dir=tmp_path / "data", settings=settings, embed_model=embed_model,
                        generator=generator2, grader=grader2) as rag:  # fmt: skip
         (recent,) = TraceStore(rag.db).recent(ALICE)
@@ -544,10 +546,10 @@ def test_sigkill_mid_query_resumes_from_the_trace_without_repeating_llm_calls(
         assert graded >= 1 and [c["name"] for c in killed["llm_calls"]] == ["grade"] * graded + ["generate"]
         res = rag.resume(recent["trace_id"], ALICE)
         assert FACT in res.answer and res.citations and res.pipeline["flagged_for_review"] is False
-        assert [name for name, _ in grader2.calls] == ["check"] and generator2.calls == []
+        assert [name for name, _ in grader2.calls] == ["support"] and generator2.calls == []
         done = rag.trace(recent["trace_id"], ALICE)
         assert done is not None and done["status"] == "done"
-        assert [c["name"] for c in done["llm_calls"]] == ["grade"] * graded + ["generate", "check"]
+        assert [c["name"] for c in done["llm_calls"]] == ["grade"] * graded + ["generate", "support"]
 
 
 # --- the data dir's file system full mid-ingest --------------------------------------------------

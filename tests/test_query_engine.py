@@ -18,8 +18,9 @@ from llama_index.core.base.response.schema import Response
 
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
+from enterprise_rag.llm import prompts
 from enterprise_rag.testing import ScriptedLLM, yes_probability
-from tests.support.workflow import CHECK_OK, sources_in
+from tests.support.workflow import reply, supported_if_stated
 
 DOCS = {
     "vacation.md": ("all-staff", "# Vacation policy\n\nEvery employee receives 27 days of paid vacation per year.\n"),
@@ -35,13 +36,10 @@ def grade_everything_yes(messages: list[Any], kwargs: dict[str, Any]) -> Any:
     return yes_probability(1.0)
 
 
-def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> str:
-    """One sentence per source, copied from it and cited: the answer cites all it was given."""
-    sentences = []
-    for label, text in sources_in(messages).items():
-        body = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-        sentences.append(f"{body[-1].rstrip('.')} [{label}].")
-    return " ".join(sentences)
+def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """One sentence per listed line that states something, copied from it: the answer uses all it was given."""
+    lines = prompts.listed_lines(messages)
+    return reply(lines, {n: text.strip() for n, text in lines.items() if not text.lstrip().startswith("#")})
 
 
 @pytest.fixture
@@ -56,7 +54,9 @@ def rag(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> Iterator[Enterprise
         settings=settings,
         embed_model=embed_model,
         generator=ScriptedLLM({"generate": cite_every_source, "revise": cite_every_source}),
-        grader=ScriptedLLM({"grade": grade_everything_yes, "check": CHECK_OK, "rewrite": "company policies"}),
+        grader=ScriptedLLM(
+            {"grade": grade_everything_yes, "support": supported_if_stated, "rewrite": "company policies"}
+        ),
     )
     for name, (group, text) in DOCS.items():
         (folder / name).write_text(text, encoding="utf-8")

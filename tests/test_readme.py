@@ -27,7 +27,7 @@ from enterprise_rag.cli.common import EXIT_CODES
 from enterprise_rag.config import load_settings
 from enterprise_rag.schema.result import QueryResult
 from enterprise_rag.testing import ScriptedLLM
-from tests.support.workflow import CHECK_OK, answer_with, grade_yes_if
+from tests.support.workflow import answer_with, grade_yes_if, supported_if_stated
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -85,7 +85,8 @@ def injected(fresh_dsn: str, embed_model: Any) -> Callable[..., EnterpriseRAG]:
             embed_model=embed_model,
             generator=ScriptedLLM({"generate": answer_with("annual leave"), "revise": answer_with("annual leave")}),
             grader=ScriptedLLM({
-                "grade": grade_yes_if("annual leave"), "check": CHECK_OK, "rewrite": "annual leave days per year",
+                "grade": grade_yes_if("annual leave"), "support": supported_if_stated,
+                "rewrite": "annual leave days per year",
                 "standalone": "How much annual leave do part-time staff get?",
             }),
         )  # fmt: skip

@@ -18,7 +18,7 @@ from enterprise_rag.answer.checks.decision import DecisionResult
 from enterprise_rag.answer.checks.draft import Draft
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.principal import Principal
-from enterprise_rag.schema.sources import Source
+from enterprise_rag.schema.spans import Span
 from enterprise_rag.store.traces import TraceRecorder
 
 
@@ -56,29 +56,23 @@ class WebFallback(Event):
     reason: str
 
 
-class Refine(Event):
-    """Build the sources: the kept corpus passages and these web sources."""
-
-    web: list[Source]
-
-
 class Generate(Event):
-    """Draft an answer from ``sources``; with ``feedback``, revise ``draft``."""
+    """Write one answer sentence from each of ``spans``; with ``failed`` (one (sentence, why it failed) per
+    span), write those spans' sentences again."""
 
-    sources: list[Source]
-    question: str
-    feedback: str = ""
-    draft: Draft | None = None
+    spans: list[Span]
+    failed: list[tuple[str, str]] = []
 
 
 class Drafted(Event):
-    draft: Draft
-
-
-class CitationsChecked(Event):
-    """A draft whose every sentence passed verification in code."""
+    """A draft written from ``spans``."""
 
     draft: Draft
+    spans: list[Span]
+
+
+class Verified(Event):
+    """Every sentence written so far is verified or dropped: assemble the answer."""
 
 
 class StepStarted(Event):

@@ -46,7 +46,7 @@ def citations_for(draft: Draft | None, sources: list[Source]) -> list[Citation]:
     """One citation per cited source, in order of first use, with the first verified quote from it."""
     by_label = {s.label: s for s in sources}
     quotes: dict[str, str] = {}
-    for sentence in draft.sentences if draft else ():
+    for sentence in draft.cited if draft else ():
         for quote in sentence.quotes:
             quotes.setdefault(quote.label, quote.text)
     return [
@@ -89,12 +89,13 @@ class Outcome:
         web = sum(1 for c in citations if c.kind == "web")
         relevance = s.decision.relevance if s.decision else 0.0
         verdict = s.verdict if not not_found else NOT_APPLICABLE
-        usefulness = verdict.to_usefulness_dict()
-        if not_found:
-            usefulness = {"label": "not_found", "score": 0.5}
+        usefulness: dict[str, Any] = {"label": "not_found", "score": 0.5} if not_found else (
+            s.usefulness.to_dict() if s.usefulness else {"label": "unknown", "score": 0.0}
+        )  # fmt: skip
+        draft = None if not_found or s.flagged else s.draft
         conf = confidence(
-            relevance, verdict.score, usefulness["score"], web_sources=web, corpus_sources=corpus, flagged=s.flagged,
-            not_found=not_found, web_cap=web_cap,
+            relevance, verdict.score, usefulness["score"], web_sources=web, corpus_sources=corpus,
+            flagged=s.flagged, not_found=not_found, web_cap=web_cap,
         )  # fmt: skip
         stats = caller.stats
         return QueryResult(
@@ -112,10 +113,13 @@ class Outcome:
                 "decision": s.decision.decision if s.decision else ("proceed" if not s.retrieval_used else "fallback"),
                 "query_rewrites": s.rewrites,
                 "web_search_used": s.web_used,
-                "hallucination_retries": s.hallucination_retries,
-                "usefulness_retries": s.usefulness_retries,
+                "hallucination_retries": s.revisions,
+                "usefulness_retries": 0,  # usefulness is read from the evidence: nothing to rerun
                 "flagged_for_review": s.flagged,
                 "not_found": not_found,
+                "partial": bool(draft and draft.partial),
+                "quoted": bool(draft and draft.quoted),
+                "missing_parts": list(draft.missing) if draft else [],
                 "llm_calls": stats.calls,
                 "llm_calls_replayed": stats.replayed,
                 "prompt_tokens": stats.prompt_tokens,

@@ -2,36 +2,25 @@
 
 Refinement drops paragraphs of a kept passage that share no word with the
 question and sit below a similarity floor (one batched embedding call for all
-strips); page, source and date stay with the passage. The corpus passages are
-then ordered by their paragraph most like the question, so the best evidence
-comes first whatever order retrieval gave.
+strips); page, source and date stay with the passage, and the order is retrieval's
+(corpus before web). The evidence units put to the grader are the best spans of
+the refined sources (:mod:`enterprise_rag.answer.checks.candidates`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
 
-from enterprise_rag.answer.checks.grading import Grade
+from enterprise_rag.answer.checks.candidates import Evidence, evidence_units
+from enterprise_rag.llm.prompts import numbered_spans
 from enterprise_rag.schema.documents import shown_source
 from enterprise_rag.schema.sources import Source, WebResult
 from enterprise_rag.text import STOPWORDS, query_words
-
-
-def kept_passages(
-    candidates: list[NodeWithScore], grades: Mapping[str, Grade], *, proceed: bool, limit: int
-) -> list[NodeWithScore]:
-    """Passages for the generator, best retrieval score first, at most ``limit``: on proceed those graded yes
-    or partial (partial: the grader is unsure, and the generator with the checks in code is the last judge);
-    otherwise the partial and ungraded ones."""
-    wanted = {"yes", "partial"} if proceed else {"partial", "ungraded"}
-    ranked = sorted(candidates, key=lambda n: -(n.score or 0.0))
-    return [n for n in ranked if n.node.node_id in grades and grades[n.node.node_id].grade in wanted][:limit]
 
 
 def corpus_sources(nodes: list[NodeWithScore]) -> list[Source]:
@@ -73,32 +62,36 @@ def relabel(sources: list[Source]) -> list[Source]:
 
 
 def refine(question: str, sources: list[Source], embed_model: BaseEmbedding, floor: float) -> tuple[list[Source], int]:
-    """Drop irrelevant paragraphs inside sources and order them; returns the sources and the strips dropped."""
-    refined, dropped, closeness = _drop_paragraphs(question, sources, embed_model, floor)
-    order = sorted(range(len(refined)), key=lambda i: (refined[i].kind != "corpus", -closeness[i]))
-    return relabel([refined[i] for i in order]), dropped
+    """Drop irrelevant paragraphs inside sources (corpus before web, else retrieval's order); returns the sources
+    and the strips dropped."""
+    refined, dropped = _drop_paragraphs(question, sources, embed_model, floor)
+    return relabel(sorted(refined, key=lambda x: x.kind != "corpus")), dropped
+
+
+def evidence_of(question: str, sources: list[Source], embed_model: BaseEmbedding, limit: int) -> list[Evidence]:
+    """The best ``limit`` evidence units of ``sources`` for ``question``, best first."""
+    sections = {x.label: x.breadcrumb.split(" > ")[-1] for x in sources}
+    return evidence_units(question, numbered_spans(sources), embed_model, limit, sections)
 
 
 def _drop_paragraphs(
     question: str, sources: list[Source], embed_model: BaseEmbedding, floor: float
-) -> tuple[list[Source], int, list[float]]:
-    """The sources without their strips below ``floor`` that share no word with the question, the number
-    dropped, and each source's highest strip similarity to the question."""
+) -> tuple[list[Source], int]:
+    """The sources without their strips below ``floor`` that share no word with the question, and the number
+    dropped."""
     words = {w for w in query_words(question) if w not in STOPWORDS and len(w) > 2}
     strips = [(i, p) for i, s in enumerate(sources) for p in re.split(r"\n\s*\n", s.text) if p.strip()]
     if not strips:
-        return sources, 0, [0.0] * len(sources)
+        return sources, 0
     vectors = np.asarray(embed_model.get_text_embedding_batch([question] + [p for _, p in strips]), dtype=np.float32)
     sims = vectors[1:] @ vectors[0]
     kept: dict[int, list[str]] = {i: [] for i in range(len(sources))}
-    closeness = [-1.0] * len(sources)
     dropped = 0
     for (i, strip), sim in zip(strips, sims, strict=True):
-        closeness[i] = max(closeness[i], float(sim))
         overlap = words & set(query_words(strip))
         if sim < floor and not overlap:
             dropped += 1
         else:
             kept[i].append(strip)
     refined = [replace(s, text="\n\n".join(kept[i]) or s.text) for i, s in enumerate(sources)]
-    return refined, dropped, closeness
+    return refined, dropped

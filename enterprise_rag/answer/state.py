@@ -1,4 +1,4 @@
-"""What one answer run knows so far: candidates, grades, sources, draft and loop counters.
+"""What one answer run knows so far: candidates, grades, sources, chosen evidence, verified sentences, counters.
 
 It is the typed state of the run's workflow ``Context``, so concurrent runs of
 the one workflow instance share nothing; the steps edit it and
@@ -10,10 +10,11 @@ from __future__ import annotations
 from llama_index.core.schema import NodeWithScore
 from pydantic import BaseModel, ConfigDict, Field
 
+from enterprise_rag.answer.checks.candidates import Evidence
 from enterprise_rag.answer.checks.decision import DecisionResult
-from enterprise_rag.answer.checks.draft import Draft
+from enterprise_rag.answer.checks.draft import Draft, Sentence
 from enterprise_rag.answer.checks.grading import Grade
-from enterprise_rag.answer.checks.support import NOT_APPLICABLE, SupportVerdict
+from enterprise_rag.answer.checks.support import NOT_APPLICABLE, SupportVerdict, Usefulness
 from enterprise_rag.answer.events import Ask
 from enterprise_rag.schema.sources import Source
 
@@ -28,20 +29,26 @@ class RunState(BaseModel):
     candidates: dict[str, NodeWithScore] = Field(default_factory=dict)
     grades: dict[str, Grade] = Field(default_factory=dict)
     decision: DecisionResult | None = None
-    sources: list[Source] = Field(default_factory=list)
+    sources: list[Source] = Field(default_factory=list)  # the prefix of every call of the current round
+    web: list[Source] = Field(default_factory=list)  # web results, once the web was searched
+    evidence: list[tuple[Evidence, Grade]] = Field(default_factory=list)  # the units asked about, graded
+    parts: list[str] = Field(default_factory=list)  # the question's parts
+    chosen: list[Evidence] = Field(default_factory=list)  # the units the answer is written from
+    strong: bool = False  # the evidence cleared the calibrated threshold: no refusal is offered
+    verified: list[Sentence] = Field(default_factory=list)  # sentences that passed, in the order they did
+    dropped: list[str] = Field(default_factory=list)  # sentences that failed after their revision
     answer: str = ""
-    draft: Draft | None = None  # the current draft; after the checks, only what they kept
-    kept_before: Draft | None = None  # the verified sentences of a draft sent back for a citation revision
+    draft: Draft | None = None  # the assembled answer
     rewrites: int = 0
-    citation_revisions: int = 0
-    hallucination_retries: int = 0
-    usefulness_retries: int = 0
-    web_used: bool = False
+    revisions: int = 0
+    web_tried: bool = False  # the web was searched (with results or not): never twice
+    web_used: bool = False  # web results are among the sources
     verdict: SupportVerdict = NOT_APPLICABLE
+    usefulness: Usefulness | None = None
     flagged: bool = False
     retrieval_used: bool = True
-    basis: frozenset[str] = frozenset()  # ids of the sources of the current draft
-    not_found_from: list[frozenset[str]] = Field(default_factory=list)  # source sets with no answer in them
+    basis: frozenset[str] = frozenset()  # ids of the current round's sources
+    not_found_from: list[frozenset[str]] = Field(default_factory=list)  # source sets that gave no answer
 
     @property
     def run(self) -> Ask:

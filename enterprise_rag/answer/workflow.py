@@ -1,20 +1,22 @@
 """The corrective, self-checking answer workflow, one step per stage.
 
 prepare -> retrieve -> grade -> decide -> (rewrite -> retrieve ...)* -> [web] -> refine
--> generate -> citations -> check -> (revise | rerun)* -> finish
+-> select -> generate -> verify -> (revise -> verify)? -> finish -> (rerun)?
 
-Every loop has a cap; every step writes what it did into the trace. Grading
-fails open (passages kept, ungraded); the support check fails closed (the
-answer is flagged). With no passage left, the not-found answer is returned
-without a generation call.
+Evidence first. The graded passages decide whether the question is answerable: when a passage
+clears the grader model's calibrated "yes" threshold the evidence is strong, and from then on no
+step is offered a refusal. The model then chooses, part by part of the question, the numbered spans
+of the sources that state the answer (a choice constrained to real span numbers; with strong
+evidence and one part, at least one), and writes the answer from those spans alone, every sentence
+naming the spans it rests on. Each sentence is verified in code against its spans (numbers, units,
+months, codes, addresses) and judged by the model's calibrated p(yes) that its spans state it.
+Verified sentences accumulate: one revision may replace the failed ones, never a verified one. What
+stays unverified is dropped and the answer is marked partial; a question part with no verified
+sentence is quoted from its chosen spans (strong evidence) or named as missing. "Not found" is what
+remains when no span is chosen or, on weak evidence, nothing verifies; no reply text decides it.
 
-The generator replies with ``[S1]``-cited text or exactly the not-found answer,
-read into a :class:`~enterprise_rag.answer.checks.draft.Draft`. "Not found" is that
-reply as a whole, a structural signal, never a phrase of the answer. Every sentence is verified in code
-(:mod:`enterprise_rag.answer.checks.verification`); one that fails is revised once,
-then dropped, and a draft with nothing left is a not-found. The verifier then
-checks each remaining sentence as a claim, without being told whether an answer
-exists; what it does not support is left out, or the answer is flagged.
+Every loop has a cap; every step writes what it did into the trace. Grading and the usefulness check
+fail open; the support judge fails closed (the answer is flagged for review).
 
 One :class:`AnswerWorkflow` serves every query, concurrent ones included: what
 a run knows lives in its ``Context`` (:class:`~enterprise_rag.answer.state.RunState`),
@@ -25,7 +27,6 @@ and the instance holds only the dependencies it was built with.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -36,33 +37,38 @@ from llama_index.core.schema import NodeWithScore
 from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 
-from enterprise_rag.answer.checks.coverage import unanswered_parts
 from enterprise_rag.answer.checks.decision import DecisionResult, decide
-from enterprise_rag.answer.checks.draft import Draft
+from enterprise_rag.answer.checks.draft import Draft, Sentence, draft_text, quoting
 from enterprise_rag.answer.checks.grading import Grader
-from enterprise_rag.answer.checks.support import UNKNOWN, verdict_from_check
-from enterprise_rag.answer.checks.verification import verify_draft
+from enterprise_rag.answer.checks.parts import answered_parts, question_parts
+from enterprise_rag.answer.checks.support import Judge, usefulness, verdict
+from enterprise_rag.answer.checks.verification import (
+    check_values,
+    copies_its_spans,
+    numbers_left_out,
+    states_nothing,
+)
+from enterprise_rag.answer.compensations import AVAILABLE, QUESTION_CODES, unnamed_question_codes
 from enterprise_rag.answer.events import (
     Ask,
-    CitationsChecked,
     Drafted,
     Drafting,
     Generate,
     Graded,
-    Refine,
     Retrieve,
     Retrieved,
     Rewrite,
     StepFinished,
     StepStarted,
+    Verified,
     WebFallback,
 )
 from enterprise_rag.answer.outcome import Outcome
-from enterprise_rag.answer.sources import corpus_sources, kept_passages, refine, relabel, web_sources
+from enterprise_rag.answer.sources import corpus_sources, evidence_of, refine, relabel, web_sources
 from enterprise_rag.answer.state import RunState
 from enterprise_rag.answer.web import WebSearch, more_phrasings, search_all
 from enterprise_rag.config import WorkflowSettings
-from enterprise_rag.errors import LLMError, WebSearchError
+from enterprise_rag.errors import ConfigError, LLMError, WebSearchError
 from enterprise_rag.llm import prompts
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
@@ -76,7 +82,6 @@ FLAGGED_ANSWER = (
     "I could not produce an answer that the documents fully support, so this question has been flagged for "
     "review. Please check the cited sources directly."
 )
-_SMALLTALK = re.compile(r"^\s*(hi|hello|hey|thanks|thank you|good (morning|afternoon|evening))[\s!.]*$", re.I)
 
 
 class Retrieval(Protocol):
@@ -112,11 +117,6 @@ def _standalone_chat(caller: LLMCaller) -> Chat:
     return chat
 
 
-def _web_of(s: RunState) -> list[Source]:
-    """The web sources among the run's current sources (they stay when the corpus is searched again)."""
-    return [x for x in s.sources if x.kind == "web"]
-
-
 class AnswerWorkflow(Workflow):
     """Answers :class:`Ask` events; dependencies come in through the constructor, per-run ones in the event."""
 
@@ -131,12 +131,16 @@ class AnswerWorkflow(Workflow):
         settings: WorkflowSettings,
     ) -> None:
         super().__init__(timeout=None)
+        unknown = sorted(set(settings.compensations) - set(AVAILABLE))
+        if unknown:
+            raise ConfigError(f"workflow.compensations: unknown {', '.join(unknown)} (known: {', '.join(AVAILABLE)})")
         self._retrieve = retrieve
         self._grader = grader
         self._embed_model = embed_model
         self._egress_allows = egress_allows
         self._web_search = web_search
         self._cfg = settings
+        self._aids = frozenset(settings.compensations)
 
     def _done(self, s: RunState, answer: str, *, not_found: bool = False) -> StopEvent:
         s.answer = answer
@@ -144,16 +148,19 @@ class AnswerWorkflow(Workflow):
             result=Outcome.from_state(s, s.run.caller, not_found=not_found, web_cap=self._cfg.web_confidence_cap)
         )
 
-    # -- 1. standalone rewrite and retrieval necessity
+    def _judge(self, s: RunState) -> Judge:
+        caller = s.run.caller
+        threshold = self._cfg.support_threshold_for(caller.model_id("grader"))
+        if s.web_used:
+            threshold = min(1.0, threshold + self._cfg.web_support_margin)
+        return Judge(caller, support_threshold=threshold)
+
+    # -- 1. standalone rewrite
     @step
-    async def prepare(self, ctx: Context[RunState], ev: Ask) -> Retrieve | StopEvent:
+    async def prepare(self, ctx: Context[RunState], ev: Ask) -> Retrieve:
         t0 = _begin(ctx, "prepare")
         async with ctx.store.edit_state() as s:
             s.ask = ev
-            if _SMALLTALK.match(ev.question) and not ev.history:
-                s.retrieval_used = False
-                _record(ctx, s, "prepare", t0, needs_retrieval=False)
-                return self._done(s, "Hello! Ask me a question about your organisation's documents.")
             chat = _standalone_chat(ev.caller)
             s.query, _ = await asyncio.to_thread(standalone_question, chat, ev.question, ev.history)
             _record(ctx, s, "prepare", t0, needs_retrieval=True, standalone_question=s.query)
@@ -177,46 +184,83 @@ class AnswerWorkflow(Workflow):
                     expanded=result.trace.get("expanded"))  # fmt: skip
             return Retrieved(passages=new)
 
-    # -- 5. relevance grading (over the sources generation will read, floored, cached, fail-open)
+    # -- 5. evidence grading: the best lines of the question's sources, each judged by p(yes)
     @step
     async def grade(self, ctx: Context[RunState], ev: Retrieved) -> Graded:
         t0 = _begin(ctx, "grade")
         async with ctx.store.edit_state() as s:
-            if ev.passages:
-                grader = self._grader(s.run.caller)
-                rejected, ranked = grader.under_floor(ev.passages)
-                # Earlier rounds' kept passages compete for generation's places: grading asks over the set
-                # generation would read, so a re-retrieval's answer reuses its grading prefix too.
-                carried = kept_passages(
-                    list(s.candidates.values()), s.grades, proceed=True, limit=self._cfg.max_sources
-                )
-                graded = await asyncio.to_thread(grader.grade_best, s.answered, ranked, self._cfg.max_sources,
-                                                 lambda group: self._sources(s, group, [])[0], carried)  # fmt: skip
-                s.grades.update((g.node_id, g) for g in rejected + graded)
-            d = s.decision = decide(list(s.grades.values()), min_yes=self._cfg.min_yes)
-            _record(ctx, s, "grade", t0, grades=[g.to_dict() for g in s.grades.values()], decision=d.decision,
-                    reason=d.reason, relevance=d.relevance)  # fmt: skip
+            grader = self._grader(s.run.caller)
+            rejected, _ = grader.under_floor(ev.passages)
+            s.grades.update((g.node_id, g) for g in rejected)
+            passages = self._passages(s)
+            s.basis = frozenset([n.node.node_id for n in passages] + [w.source for w in s.web])
+            sources, dropped = await asyncio.to_thread(self._sources, s, passages, s.web)
+            units = await asyncio.to_thread(evidence_of, s.answered, sources, self._embed_model,
+                                            self._cfg.evidence_units)  # fmt: skip
+            graded = await asyncio.to_thread(grader.grade_units, s.answered, sources, units)
+            s.grades.update((g.node_id, g) for g in grader.passage_grades(sources, units, graded))
+            s.sources, s.evidence = sources, list(zip(units, graded, strict=True))
+            d = decide(graded, min_yes=self._cfg.min_yes)
+            if not s.web_used:  # the payload's decision and relevance are the corpus's: the web is its fallback
+                s.decision = d
+            kept = {g.node_id for g in s.grades.values() if g.evidence}
+            planted = {x.source for x in corpus_sources(passages) + s.web
+                       if x.node_id in kept and addresses_model(x.text)}  # fmt: skip
+            _record(ctx, s, "grade", t0, sources=[(x.label, x.source, x.page, x.kind) for x in sources],
+                    grades=[g.to_dict() for g in s.grades.values()], strips_dropped=dropped,
+                    evidence=[(u.text[:200], g.grade, round(g.confidence, 3), g.method) for u, g in s.evidence],
+                    decision=d.decision, reason=d.reason, relevance=d.relevance,
+                    addresses_model=sorted(planted))  # fmt: skip
             return Graded(decision=d)
 
+    def _passages(self, s: RunState) -> list[NodeWithScore]:
+        """The best ``max_sources`` candidates by retrieval score that no grade has rejected."""
+        ranked = sorted(s.candidates.values(), key=lambda n: -(n.score or 0.0))
+        kept = [n for n in ranked if n.node.node_id not in s.grades or s.grades[n.node.node_id].grade != "no"]
+        return kept[: self._cfg.max_sources]
+
     def _sources(self, s: RunState, nodes: list[NodeWithScore], web: list[Source]) -> tuple[list[Source], int]:
-        """The numbered, refined sources of ``nodes`` (best retrieval score first) and ``web``, the prefix that
+        """The numbered, refined sources of ``nodes`` (best retrieval score first) and ``web``: the prefix that
         grading and generation share, and the strips refinement dropped."""
-        return refine(s.run.question, relabel(corpus_sources(nodes) + web), self._embed_model, self._cfg.refine_floor)
+        return refine(s.answered, relabel(corpus_sources(nodes) + web), self._embed_model, self._cfg.refine_floor)
 
     # -- 6. decision: proceed / augment / fallback, rewrites first
     @step
-    async def route(self, ctx: Context[RunState], ev: Graded) -> Rewrite | WebFallback | Refine | StopEvent:
+    async def route(self, ctx: Context[RunState], ev: Graded) -> Generate | Rewrite | WebFallback | StopEvent:
         d = ev.decision
         async with ctx.store.edit_state() as s:
+            if QUESTION_CODES in self._aids:
+                unnamed = unnamed_question_codes(s.answered, [x.text for x in s.sources])
+                if unnamed:
+                    s.run.recorder.step("route", {"unnamed_codes": unnamed}, 0.0)
+                    return self._found_nothing(s, f"no source names {', '.join(unnamed)}")
+            if s.basis in s.not_found_from:  # the same sources as a round that verified nothing
+                return self._found_nothing(s, "the same sources as a round that found no answer")
             if d.decision == "proceed":
-                return Refine(web=_web_of(s))
+                return self._generate(s, strong=True)
             if d.ambiguous and s.rewrites < self._cfg.max_query_rewrites:
                 return Rewrite(reason=d.reason)
-            if self._egress_allows(s.run.principal):
+            if self._egress_allows(s.run.principal) and not s.web_tried:
                 return WebFallback(reason=d.reason)
             if d.decision == "augment":
-                return Refine(web=_web_of(s))
+                return self._generate(s, strong=False)
             return self._done(s, NOT_FOUND_ANSWER, not_found=True)
+
+    def _generate(self, s: RunState, *, strong: bool) -> Generate:
+        """Write from the evidence: the units within ``evidence_margin`` of the best p(yes) (at most
+        ``max_evidence``), their spans in text order. Ungraded units (a grading outage) count only when the
+        model graded none."""
+        s.strong = strong
+        s.parts = question_parts(s.answered)
+        graded = sorted((p for p in s.evidence if p[1].grade in ("yes", "partial")), key=lambda p: -p[1].confidence)
+        if graded:
+            floor = graded[0][1].confidence - self._cfg.evidence_margin
+            chosen = [u for u, g in graded if g.confidence >= floor]
+        else:
+            chosen = [u for u, g in s.evidence if g.grade == "ungraded"]
+        s.chosen = chosen[: self._cfg.max_evidence]
+        spans = sorted({sp for u in s.chosen for sp in u.spans}, key=lambda sp: sp.number)
+        return Generate(spans=spans)
 
     @step
     async def rewrite(self, ctx: Context[RunState], ev: Rewrite) -> Retrieve:
@@ -234,7 +278,7 @@ class AnswerWorkflow(Workflow):
 
     # -- 7. guarded web fallback (egress policy checked again here)
     @step
-    async def web(self, ctx: Context[RunState], ev: WebFallback) -> Refine | StopEvent:
+    async def web(self, ctx: Context[RunState], ev: WebFallback) -> Retrieved | StopEvent:
         t0 = _begin(ctx, "web")
         cfg = self._cfg
         async with ctx.store.edit_state() as s:
@@ -250,143 +294,143 @@ class AnswerWorkflow(Workflow):
                 results = await asyncio.to_thread(search_all, self._web_search, phrasings, cfg.max_sources)
             except WebSearchError as exc:  # a web outage must not fail the query: go on with the corpus
                 error, results = str(exc), []
-            s.web_used = bool(results)
+            s.web_tried, s.web_used = True, bool(results)
             _record(ctx, s, "web", t0, reason=ev.reason, phrasings=phrasings, results=[r.url for r in results],
                     error=error)  # fmt: skip
-            if not results and not self._kept_nodes(s):
+            if not results and not self._passages(s):
                 return self._done(s, NOT_FOUND_ANSWER, not_found=True)
-            s.sources = web_sources(results, 1)
-            return Refine(web=s.sources)
+            s.web = web_sources(results, 1)
+            return Retrieved(passages=[])
 
-    def _kept_nodes(self, s: RunState) -> list[NodeWithScore]:
-        proceed = s.decision is not None and s.decision.decision == "proceed"
-        return kept_passages(list(s.candidates.values()), s.grades, proceed=proceed, limit=self._cfg.max_sources)
-
-    # -- 8. context refinement
-    @step
-    async def refine(self, ctx: Context[RunState], ev: Refine) -> Generate | Rewrite | WebFallback | StopEvent:
-        t0 = _begin(ctx, "refine")
-        async with ctx.store.edit_state() as s:
-            kept = self._kept_nodes(s)
-            if not kept and not ev.web:
-                return self._done(s, NOT_FOUND_ANSWER, not_found=True)
-            s.basis = frozenset([n.node.node_id for n in kept] + [w.source for w in ev.web])
-            if s.basis in s.not_found_from:  # a rewrite found nothing new: the same sources hold no answer
-                _record(ctx, s, "refine", t0, skipped="same sources as a draft that found no answer")
-                return self._generator_found_nothing(s)
-            s.sources, dropped = await asyncio.to_thread(self._sources, s, kept, ev.web)
-            _record(ctx, s, "refine", t0, sources=[(x.label, x.source, x.page, x.kind) for x in s.sources],
-                    strips_dropped=dropped,
-                    addresses_model=sorted({x.source for x in corpus_sources(kept) + ev.web
-                                            if addresses_model(x.text)}))  # fmt: skip
-            return Generate(sources=s.sources, question=s.answered)
-
-    # -- 9. generation (and revisions, which share the same prefix)
+    # -- 9b. generation from the chosen spans alone (and one revision of the sentences that failed)
     @step
     async def generate(self, ctx: Context[RunState], ev: Generate) -> Drafted:
         t0 = _begin(ctx, "generate")
         async with ctx.store.edit_state() as s:
-            if ev.feedback and ev.draft is not None:
-                name = "revise"
-                messages = prompts.revise_messages(ev.sources, ev.question, ev.draft.render(), ev.feedback)
+            if ev.failed:
+                name, messages = "revise", prompts.revise_messages(s.sources, s.answered, ev.spans, ev.failed)
             else:
-                name, messages = "generate", prompts.generate_messages(ev.sources, ev.question)
+                name, messages = "generate", prompts.answer_messages(s.sources, s.answered, ev.spans)
             loop = asyncio.get_running_loop()
+            written: list[str] = []
+            shown = 0
 
-            def drafted(text: str) -> None:  # from the caller's thread: hand it to the loop
-                loop.call_soon_threadsafe(ctx.write_event_to_stream, Drafting(text=text))
+            def drafted(piece: str) -> None:  # from the caller's thread: the new text of the sentences, to the loop
+                nonlocal shown
+                written.append(piece)
+                text = draft_text("".join(written))
+                if len(text) > shown:
+                    loop.call_soon_threadsafe(ctx.write_event_to_stream, Drafting(text=text[shown:]))
+                    shown = len(text)
 
             reply = await s.run.caller.acall("generator", name, messages, max_tokens=self._cfg.answer_max_tokens,
+                                             schema=prompts.answer_schema([x.tag for x in ev.spans]),
                                              on_text=drafted)  # fmt: skip
-            s.draft = Draft.from_reply(str(reply))
-            s.answer = s.draft.render()
-            _record(ctx, s, "generate", t0, revision=bool(ev.feedback), feedback=ev.feedback,
-                    found=s.draft.found, answer=s.answer)  # fmt: skip
-            return Drafted(draft=s.draft)
+            draft = Draft.from_reply(reply, ev.spans)
+            _record(ctx, s, "generate", t0, revision=bool(ev.failed),
+                    sentences=[(x.text, [sp.tag for sp in x.spans]) for x in draft.sentences])  # fmt: skip
+            return Drafted(draft=draft, spans=ev.spans)
 
-    # -- 10. verification in code: labels, quotes, numbers and identifiers
+    # -- 10-11. each new sentence verified in code against its spans, then judged by the model
     @step
-    async def citations(
-        self, ctx: Context[RunState], ev: Drafted
-    ) -> Generate | CitationsChecked | Rewrite | WebFallback | StopEvent:
-        t0 = _begin(ctx, "citations")
+    async def verify(self, ctx: Context[RunState], ev: Drafted) -> Generate | Verified | StopEvent:
+        t0 = _begin(ctx, "verify")
         async with ctx.store.edit_state() as s:
-            before, s.kept_before = s.kept_before, None  # what passed before a citation revision, if any
-            if ev.draft.not_found:
-                _record(ctx, s, "citations", t0, not_found=True, kept_before=len(before.sentences) if before else 0)
-                if before is not None and before.sentences:  # a revision that gives up loses no verified sentence
-                    return self._checked(s, before)
-                return self._generator_found_nothing(s)  # the generator is the last relevance judge
-            sources = {x.label: x.text for x in s.sources}
-            # The question's words may be repeated without a source, a follow-up's as asked and as rewritten.
-            asked = f"{s.answered}\n{s.run.question}"
-            checked = verify_draft(ev.draft, sources, asked, self._cfg.link_allow_list)
-            unanswered = unanswered_parts(s.answered, checked.kept.render(), sources.values())
-            _record(ctx, s, "citations", t0, **checked.to_trace(), unanswered=unanswered)
-            if checked.unnamed:  # the sources are about something else: no revision can fix that
-                return self._generator_found_nothing(s)
-            if (checked.problems or unanswered) and s.citation_revisions < self._cfg.max_citation_revisions:
-                s.citation_revisions += 1
-                s.kept_before = checked.kept
-                left_out = [f"- The answer does not address: {part} Add what the sources say about it."
-                            for part in unanswered]  # fmt: skip
-                feedback = "\n".join([checked.feedback(), *left_out]).strip()
-                return Generate(sources=s.sources, question=s.answered, feedback=feedback, draft=ev.draft)
-            kept = checked.kept if checked.kept.sentences or before is None else before
-            if not kept.sentences:
-                return self._generator_found_nothing(s)
-            return self._checked(s, kept)
+            judge = self._judge(s)
+            asked = f"{s.answered}\n{s.run.question}"  # the user's own figures may be repeated
+            known = {x.text for x in s.verified}
+            failed: list[tuple[Sentence, str]] = []
+            judged: list[tuple[str, float | None, str]] = []
+            for sentence in ev.draft.sentences:
+                if sentence.text in known:
+                    continue
+                if states_nothing(sentence.text):
+                    s.verified.append(sentence)  # a connecting line: kept only with verified sentences after it
+                    continue
+                finding = check_values(sentence, asked, self._cfg.link_allow_list)
+                if not finding.passed:
+                    failed.append((sentence, "; ".join(finding.reasons)))
+                    judged.append((sentence.text, None, failed[-1][1]))
+                    continue
+                if copies_its_spans(sentence):
+                    s.verified.append(sentence)
+                    known.add(sentence.text)
+                    judged.append((sentence.text, 1.0, "copies its line"))
+                    continue
+                try:
+                    p = await asyncio.to_thread(judge.support, s.sources, sentence)
+                except LLMError as exc:  # fail-closed: an unjudged claim is never reported as supported
+                    _record(ctx, s, "verify", t0, judged=judged, error=str(exc))
+                    s.flagged = True
+                    return self._done(s, FLAGGED_ANSWER)
+                judged.append((sentence.text, round(p, 3), ""))
+                if judge.supported(p):
+                    s.verified.append(sentence)
+                    known.add(sentence.text)
+                else:
+                    failed.append((sentence, "its lines do not state this"))
+            _record(ctx, s, "verify", t0, judged=judged, revision=s.revisions)
+            if failed and s.revisions < self._cfg.max_revisions:
+                s.revisions += 1
+                return Generate(spans=[x.spans[0] for x, _ in failed], failed=[(x.text, why) for x, why in failed])
+            s.dropped += [x.text for x, _ in failed]
+            return Verified()
 
-    @staticmethod
-    def _checked(s: RunState, draft: Draft) -> CitationsChecked:
-        s.draft, s.answer = draft, draft.render()
-        return CitationsChecked(draft=draft)
+    # -- 12-13. the answer assembled from what verified
+    @step
+    async def finish(self, ctx: Context[RunState], ev: Verified) -> Rewrite | WebFallback | StopEvent:
+        t0 = _begin(ctx, "finish")
+        async with ctx.store.edit_state() as s:
+            draft = self._assemble(s)
+            if draft is None:
+                _record(ctx, s, "finish", t0, verified=0, dropped=s.dropped)
+                return self._found_nothing(s, "no sentence written from the evidence verified")
+            answered = len(s.parts) - len(draft.missing)
+            best = max((g.confidence for u, g in s.evidence if u in s.chosen), default=0.0)
+            s.usefulness = usefulness(len(s.parts), answered, best)
+            s.verdict = verdict(sum(1 for x in draft.sentences if not states_nothing(x.text)), s.dropped)
+            _record(ctx, s, "finish", t0, verified=len(draft.sentences), dropped=s.dropped, quoted=len(draft.quotes),
+                    missing=list(draft.missing), support=s.verdict.to_support_dict(),
+                    usefulness=s.usefulness.to_dict())  # fmt: skip
+            s.draft = draft
+            return self._done(s, draft.render())
 
-    def _generator_found_nothing(self, s: RunState) -> Rewrite | WebFallback | StopEvent:
+    def _assemble(self, s: RunState) -> Draft | None:
+        """The answer of the verified sentences. With strong evidence and no verified sentence, the chosen
+        evidence quoted; a question part nothing answers is named as missing. None: nothing to answer with."""
+        stated = [x for x in s.verified if not states_nothing(x.text)]
+        lossy = [x for x in stated if numbers_left_out(x)]  # shown as their spans, whose figures they lost
+        quoted = {sp for x in lossy for sp in x.spans}
+        if not stated:
+            if not s.strong:
+                return None
+            quoted = {sp for u in s.chosen for sp in u.spans}
+        kept = [x for x in s.verified if x not in lossy]
+        texts = [t for x in kept for t in (x.text, *(sp.with_context() for sp in x.spans))]
+        texts += [sp.with_context() for sp in quoted]
+        missing = [p for p, ok in zip(s.parts, answered_parts(s.parts, texts), strict=True) if not ok]
+        sentences = _with_connectors(kept) if any(not states_nothing(x.text) for x in kept) else []
+        return Draft(tuple(sentences), quoting(sorted(quoted, key=lambda sp: sp.number)), tuple(missing),
+                     tuple(s.dropped))  # fmt: skip
+
+    def _found_nothing(self, s: RunState, reason: str) -> Rewrite | WebFallback | StopEvent:
+        """No answer in the current sources: rewrite and retrieve again, then the web, then not found."""
         if s.basis not in s.not_found_from:
             s.not_found_from.append(s.basis)
-        s.decision = DecisionResult("fallback", True, min(s.decision.relevance if s.decision else 0.0, 0.3),
-                                    "the generator found no answer in the kept sources")  # fmt: skip
+        s.verified, s.dropped, s.revisions = [], [], 0
+        s.decision = DecisionResult("fallback", True, min(s.decision.relevance if s.decision else 0.0, 0.3), reason)
         if s.rewrites < self._cfg.max_query_rewrites:
-            return Rewrite(reason=s.decision.reason)
-        if self._egress_allows(s.run.principal) and not s.web_used:
-            return WebFallback(reason=s.decision.reason)
+            return Rewrite(reason=reason)
+        if self._egress_allows(s.run.principal) and not s.web_tried:
+            return WebFallback(reason=reason)
         return self._done(s, NOT_FOUND_ANSWER, not_found=True)
 
-    # -- 11-12. support (one verdict per sentence) and usefulness, one grader call sharing the generation prefix
-    @step
-    async def check(self, ctx: Context[RunState], ev: CitationsChecked) -> Generate | Rewrite | WebFallback | StopEvent:
-        t0 = _begin(ctx, "check")
-        cfg = self._cfg
-        async with ctx.store.edit_state() as s:
-            evidenced = [sentence for sentence in ev.draft.sentences if sentence.quotes]  # not connecting lines
-            claims = {f"C{i}": sentence.text for i, sentence in enumerate(evidenced, 1)}
-            listing = [(cid, sentence.text, [(q.label, q.text) for q in sentence.quotes])
-                       for cid, sentence in zip(claims, evidenced, strict=True)]  # fmt: skip
-            try:
-                reply = await s.run.caller.acall(
-                    "grader",
-                    "check",
-                    prompts.check_messages(s.sources, s.answered, listing),
-                    max_tokens=cfg.check_max_tokens,
-                    schema=prompts.check_schema(list(claims)),
-                )
-                s.verdict = verdict_from_check(reply, claims)
-            except LLMError:
-                s.verdict = UNKNOWN  # fail-closed: an unchecked answer is never reported as supported
-            threshold = cfg.web_support_threshold if s.web_used else cfg.support_threshold
-            _record(ctx, s, "check", t0, support=s.verdict.to_support_dict(),
-                    usefulness=s.verdict.to_usefulness_dict(), threshold=threshold)  # fmt: skip
-            if not s.verdict.passed(threshold):
-                if s.verdict.label != "unknown" and s.hallucination_retries < cfg.max_hallucination_retries:
-                    s.hallucination_retries += 1
-                    feedback = "\n".join(f"- Not supported by the sources: {c}" for c in s.verdict.unsupported_claims)
-                    return Generate(sources=s.sources, question=s.answered, feedback=feedback, draft=ev.draft)
-                s.flagged = True
-                return self._done(s, FLAGGED_ANSWER)
-            if not s.verdict.answers_question and s.usefulness_retries < cfg.max_usefulness_retries:
-                s.usefulness_retries += 1
-                return Rewrite(reason="the answer does not address the question")
-            unsupported = set(s.verdict.unsupported_claims)
-            s.draft = ev.draft.keep([x for x in ev.draft.sentences if x.text not in unsupported])
-            return self._done(s, s.draft.render())
+
+def _with_connectors(sentences: list[Sentence]) -> list[Sentence]:
+    """``sentences`` without connecting lines that introduce nothing (none of the stated sentences after them)."""
+    out: list[Sentence] = []
+    for i, sentence in enumerate(sentences):
+        if states_nothing(sentence.text) and not any(not states_nothing(x.text) for x in sentences[i + 1 :]):
+            continue
+        out.append(sentence)
+    return out

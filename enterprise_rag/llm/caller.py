@@ -75,16 +75,24 @@ def top_logprobs_of(raw: Any) -> list[tuple[str, float]] | None:
     return [(str(_field(t, "token")), float(_field(t, "logprob"))) for t in top]
 
 
+def option_shares(top: list[tuple[str, float]], options: list[str]) -> dict[str, float] | None:
+    """Each option's share of the probability mass of the tokens that read as one of ``options`` (stripped,
+    lower-cased, and without brackets); None when none of them is among ``top``."""
+    wanted = {o.lower(): o for o in options}
+    mass = dict.fromkeys(options, 0.0)
+    for token, logprob in top:
+        word = token.strip().strip("[]()").lower()
+        if word in wanted:
+            mass[wanted[word]] += math.exp(logprob)
+    total = sum(mass.values())
+    return {o: m / total for o, m in mass.items()} if total > 0 else None
+
+
 def yes_share(top: list[tuple[str, float]]) -> float | None:
     """p(yes) / (p(yes) + p(no)) over the tokens that read "yes" / "no" stripped and lower-cased;
     None when neither is among them."""
-    mass = {"yes": 0.0, "no": 0.0}
-    for token, logprob in top:
-        word = token.strip().lower()
-        if word in mass:
-            mass[word] += math.exp(logprob)
-    total = mass["yes"] + mass["no"]
-    return mass["yes"] / total if total > 0 else None
+    shares = option_shares(top, ["yes", "no"])
+    return None if shares is None else shares["yes"]
 
 
 def check_schema(value: Any, schema: dict[str, Any], path: str = "$") -> None:
@@ -174,26 +182,36 @@ class LLMCaller:
         """The model's probability that its one-token reply is "yes" rather than "no", or None when neither
         word is among its ``top_logprobs`` most likely first tokens (or the model returns no logprobs).
 
-        One completion token with logprobs (the local engine and OpenAI both return them): the probability
-        mass of the tokens that read "yes" once stripped and lower-cased (``Yes``, `` yes``, ``YES``...),
-        over that of "yes" and "no" together. Retries, timeout, token accounting and trace replay are those
-        of :meth:`call`; the trace records the top tokens and their log-probabilities.
+        The probability mass of the tokens that read "yes" once stripped and lower-cased (``Yes``, `` yes``,
+        ``YES``...), over that of "yes" and "no" together (:meth:`choice`)."""
+        shares = self.choice(role, name, messages, ["yes", "no"], top_logprobs=top_logprobs)
+        return None if shares is None else shares["yes"]
+
+    def choice(
+        self, role: str, name: str, messages: list[ChatMessage], options: list[str], *, top_logprobs: int = 10
+    ) -> dict[str, float] | None:
+        """The model's probability of each of ``options`` (one-token words, such as letters) as its one-token
+        reply, over the options alone; None when none is among its ``top_logprobs`` most likely first tokens
+        (or the model returns no logprobs).
+
+        One completion token with logprobs (the local engine and OpenAI both return them). Retries, timeout,
+        token accounting and trace replay are those of :meth:`call`; the trace records the top tokens and
+        their log-probabilities.
         """
         kwargs: dict[str, Any] = {"max_tokens": 1, "logprobs": True, "top_logprobs": top_logprobs}
 
-        def read(response: Any) -> tuple[str, float | None]:
+        def read(response: Any) -> tuple[str, dict[str, float] | None]:
             top = top_logprobs_of(response.raw)
             if top is None:
                 logger.warning("LLM call %s: the model returned no logprobs", name)
                 top = []
-            return json.dumps({"top_logprobs": top}), yes_share(top)
+            return json.dumps({"top_logprobs": top}), option_shares(top, options)
 
-        def replay(text: str) -> float | None:
-            return yes_share([(str(t), float(lp)) for t, lp in json.loads(text)["top_logprobs"]])
+        def replay(text: str) -> dict[str, float] | None:
+            return option_shares([(str(t), float(lp)) for t, lp in json.loads(text)["top_logprobs"]], options)
 
-        return self._run(  # type: ignore[no-any-return]
-            role, name, messages, kwargs, ["yes_probability", top_logprobs], read, replay
-        )
+        key = ["yes_probability", top_logprobs] if options == ["yes", "no"] else ["choice", options, top_logprobs]
+        return self._run(role, name, messages, kwargs, key, read, replay)  # type: ignore[no-any-return]
 
     def _run(
         self,

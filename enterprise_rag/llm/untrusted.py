@@ -32,7 +32,7 @@ import secrets
 _KEY = secrets.token_bytes(32)
 _BLOCK_TAG = re.compile(r"<\s*(/?)\s*(sources|passages)\s*>", re.IGNORECASE)
 _BOUNDARY = re.compile(r"<{3,}|>{3,}")
-_LABEL = re.compile(r"\[\s*([SP])\s*(\d+)\s*\]", re.IGNORECASE)
+_LABEL = re.compile(r"\[\s*([SPL])\s*(\d+)\s*\]", re.IGNORECASE)
 _ADDRESSED_TO_MODEL = re.compile(
     r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+)?(?:the\s+|your\s+)?"
     r"(?:previous|prior|above|earlier|preceding|other|existing)\s+(?:instructions|rules|prompts?)\b"

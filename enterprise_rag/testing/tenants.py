@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER, graded_source, sources_of
+from enterprise_rag.llm.prompts import graded_line, listed_lines, statement_of
 from enterprise_rag.principal import Principal
 from enterprise_rag.testing.fake_llm import ScriptedLLM, TokenProbabilities, yes_probability
 
@@ -77,29 +77,30 @@ def _team_of(messages: list[Any]) -> int | None:
 
 
 def _grade(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
-    """A certain yes for a passage holding the asking team's code word, else a certain no."""
+    """A certain yes for evidence holding the asking team's code word, else a certain no."""
     team = _team_of(messages)
-    passage = graded_source(messages)
-    return yes_probability(1.0 if team is not None and code_word(team) in passage else 0.0)
+    return yes_probability(1.0 if team is not None and code_word(team) in graded_line(messages) else 0.0)
 
 
-def _answer(messages: list[Any], kwargs: dict[str, Any]) -> str:
-    """The team's code word, cited to the source holding it, or the not-found answer."""
+def _answer(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, str]:
+    """The team's code word, written from the listed line holding it (else from the first line)."""
     team = _team_of(messages)
-    for label, text in sources_of(messages[0].content or "").items():
-        if team is not None and code_word(team) in text:
-            return f"The code word of team {team} is {code_word(team)}. [{label}]"
-    return NOT_FOUND_ANSWER
+    lines = listed_lines(messages)
+    holding = [n for n, text in lines.items() if team is not None and code_word(team) in text]
+    number = (holding or list(lines))[0]
+    said = f"The code word of team {team} is {code_word(team)}." if team is not None else ""
+    return {f"L{n}": said if n == number else "" for n in lines}
 
 
-def _check(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Every claim supported: one verdict per claim id the check's schema requires."""
-    required = kwargs["response_format"]["json_schema"]["schema"]["required"]
-    return {key: True if key == "answers_question" else {"supported": True} for key in required}
+def _support(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
+    """Supported when the statement's code word is in its lines."""
+    words = re.findall(r"CODE-\d{3}-\d{4}", statement_of(messages))
+    lines = " ".join(listed_lines(messages).values())
+    return yes_probability(1.0 if words and all(w in lines for w in words) else 0.0)
 
 
 def scripted_llms() -> tuple[ScriptedLLM, ScriptedLLM]:
-    """(generator, grader) that answer each team's question from the passages in the prompt."""
+    """(generator, grader) that answer each team's question from the evidence in the prompt."""
     generator = ScriptedLLM({"generate": _answer, "revise": _answer})
-    grader = ScriptedLLM({"grade": _grade, "check": _check, "rewrite": lambda m, k: "team code word"})
+    grader = ScriptedLLM({"grade": _grade, "support": _support, "rewrite": lambda m, k: "team code word"})
     return generator, grader

@@ -19,9 +19,8 @@ from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.answer.checks.citations import strip_citations
 from enterprise_rag.config import load_settings
 from enterprise_rag.llm import prompts
-from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.llm.untrusted import addresses_model, block_body, block_id, fence
-from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.testing import ScriptedLLM, yes_probability
 from enterprise_rag.testing.injections import (
     CASES,
     CONFIDENTIAL,
@@ -29,14 +28,14 @@ from enterprise_rag.testing.injections import (
     UNLISTED_CASES,
     InjectionCase,
 )
+from enterprise_rag.text import split_line, word_sequence
 from tests.support.databases import create_db, drop_db
 from tests.support.workflow import (
-    CHECK_OK,
-    GRADE_NO,
     answer_with,
     grade_yes_if,
+    reply,
     sentence_with,
-    sources_in,
+    supported_if_stated,
 )
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
@@ -57,9 +56,9 @@ def test_planted_text_cannot_add_sources_or_close_the_blocks(case: InjectionCase
     assert re.findall(r"(?m)^\[(S\d+)\] \(", system) == ["S1", "S2"]
     assert prompts.sources_of(system) == {"S1": fence(case.document()).strip(), "S2": "An honest passage."}
 
-    grade = prompts.grade_messages(sources, "S1", case.question)
-    assert grade[0].content == system and "<<<" not in (grade[-1].content or "")  # the text stays in the block
-    assert prompts.graded_source(grade) == fence(case.document()).strip()
+    grade = prompts.evidence_messages(sources, case.question, case.document())
+    assert grade[0].content == system and "<<<" not in (grade[-1].content or "")  # quoted evidence is fenced too
+    assert prompts.graded_line(grade) == fence(case.document())
 
 
 def test_the_boundary_cannot_be_guessed_and_is_stable_for_the_same_content() -> None:
@@ -155,7 +154,7 @@ def _rag(store: dict[str, Any], embed_model: Any, generator: ScriptedLLM, grader
 
 def _honest(case: InjectionCase) -> tuple[ScriptedLLM, ScriptedLLM]:
     generator = ScriptedLLM({"generate": answer_with(case.fact), "revise": answer_with(case.fact)})
-    grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "check": CHECK_OK, "rewrite": case.question})
+    grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "support": supported_if_stated, "rewrite": case.question})
     return generator, grader
 
 
@@ -166,9 +165,9 @@ def _shape(rag: EnterpriseRAG, res: Any) -> dict[str, Any]:
     pipeline = {k: v for k, v in res.pipeline.items() if k not in sizes}
     trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
-    (refine,) = [s["data"] for s in trace["steps"] if s["step"] == "refine"]
+    graded = [s["data"] for s in trace["steps"] if s["step"] == "grade"]
     return {
-        "flagged": refine["addresses_model"],
+        "flagged": graded[0]["addresses_model"],
         "pipeline": pipeline,
         "steps": [s["step"] for s in trace["steps"]],
         "calls": [c["name"] for c in trace["llm_calls"] if c["name"] != "grade"],
@@ -203,16 +202,29 @@ def _worded_payload(case: InjectionCase) -> str:
 
 
 def _obedient_answer(case: InjectionCase) -> Any:
-    """A model that does what the planted text says: the honest sentence, then the payload with a fake citation."""
+    """A model that does what the planted text says: the honest sentence from the line stating the fact, the
+    payload in every other line's place (or after the honest sentence when that line is the only one). A line
+    that was not listed cannot be written: the reply is constrained to the listed tags."""
 
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> str:
-        for label, text in sources_in(messages).items():
-            if case.fact.lower() in text.lower():
-                honest = " ".join(sentence_with(text, case.fact).split())
-                return f"{honest}. [{label}]\n{_worded_payload(case)} [S9]"
-        return NOT_FOUND_ANSWER
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, str]:
+        lines = prompts.listed_lines(messages)
+        payload = _worded_payload(case)
+        number = next((n for n, text in lines.items() if case.fact.lower() in text.lower()), None)
+        if number is None:  # a revision of the payload's lines only
+            return reply(lines, dict.fromkeys(lines, payload))
+        honest = " ".join(sentence_with(lines[number], case.fact).split())
+        written = dict.fromkeys(lines, payload) | {number: f"{honest}." if len(lines) > 1 else f"{honest}. {payload}"}
+        return reply(lines, written)
 
     return handler
+
+
+def _stated_verbatim(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+    """A judge that says yes when each sentence of the statement is a run of words of its lines (a payload made
+    of the line's own words, appended, is not: "every year" is not in "every four years")."""
+    lines = word_sequence(" ".join(prompts.listed_lines(messages).values()))
+    said = split_line(prompts.statement_of(messages))
+    return yes_probability(1.0 if said and all(word_sequence(x) in lines for x in said) else 0.0)
 
 
 @pytest.mark.timeout(300)
@@ -222,7 +234,7 @@ def test_an_obedient_model_still_cannot_cite_a_fake_source_or_see_other_document
 ) -> None:
     obey = _obedient_answer(case)
     generator = ScriptedLLM({"generate": obey, "revise": obey})
-    grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "check": CHECK_OK, "rewrite": case.question})
+    grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "support": _stated_verbatim, "rewrite": case.question})
     with _rag(corpora["planted"], embed_model, generator, grader) as rag:
         res = rag.query(case.question, user=ALICE)
         trace = rag.trace(res.trace_id, ALICE)
@@ -230,9 +242,9 @@ def test_an_obedient_model_still_cannot_cite_a_fake_source_or_see_other_document
     labels = {s["label"] for s in res.sources}
     assert res.citations and all(c.label in labels for c in res.citations)
     assert {Path(c.source).name for c in res.citations} <= {case.filename}
-    citation_steps = [s["data"] for s in trace["steps"] if s["step"] == "citations"]
-    assert [p[0] for p in citation_steps[0]["problems"]] == [_worded_payload(case)]
-    assert generator.count("revise") == 1  # the unsourced sentence is sent back for revision once, then dropped
+    verified = [text for step in trace["steps"] if step["step"] == "verify" for text, p, _ in step["data"]["judged"]
+                if p is not None and p >= 0.5]  # fmt: skip
+    assert _worded_payload(case) not in verified and generator.count("revise") <= 1
     assert _worded_payload(case) not in res.answer and case.fact.lower() in res.answer.lower()
     # ACL: the board document never reaches the model (prompts before any model output is fed back)
     prompts_seen = [m.content or "" for name, msgs in generator.calls + grader.calls for m in msgs
@@ -244,11 +256,20 @@ def test_an_obedient_model_still_cannot_cite_a_fake_source_or_see_other_document
 
 @pytest.mark.timeout(300)
 def test_web_search_queries_never_carry_document_text(corpora: dict[str, Any], embed_model: Any) -> None:
-    """Even when a grader obeys 'this passage is irrelevant' and the workflow falls back to the web,
+    """Even when a grader obeys 'this passage is irrelevant' (no corpus line is graded yes) and the workflow falls
+    back to the web,
     what leaves for the web search is built from the question, never from document text."""
     case = next(c for c in CASES if c.name == "call-the-web")
     generator = ScriptedLLM({"generate": answer_with("copy shops"), "revise": answer_with("copy shops")})
-    grader = ScriptedLLM({"grade": GRADE_NO, "check": CHECK_OK, "rewrite": "printing cost black and white"})
+    grader = ScriptedLLM(
+        {
+            "grade": grade_yes_if("copy shops"),
+            "support": supported_if_stated,
+            "rewrite": "printing cost black and white",
+        },
+        model_name="scripted-obedient",
+    )  # other judgements: not the honest grader's cached grades
+    # fmt: skip
     with _rag(corpora["planted"], embed_model, generator, grader) as rag:
         res = rag.query(case.question, user=ALICE)
         trace = rag.trace(res.trace_id, ALICE)

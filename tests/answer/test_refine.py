@@ -52,11 +52,12 @@ def test_sections_about_other_identifiers_stay(embed_model: Any) -> None:
     assert "E-5003" in refined[0].text and "form LD-7" in refined[0].text
 
 
-def test_the_corpus_source_closest_to_the_question_becomes_s1_and_web_sources_stay_last(embed_model: Any) -> None:
+def test_sources_keep_retrieval_order_with_web_sources_last(embed_model: Any) -> None:
+    """No reordering by closeness: which lines answer is the graded evidence's call, not the source order."""
     connecting = source("Enter your SSO password. The VPN uses the same password as your email.", "S1")
     before = source("There is no shared VPN password. Every connection is tied to one person's account.", "S2")
     web = replace(source("A shared VPN password is common in small offices.", "S3"), kind="web")
     refined, _ = refine("What is the shared VPN password?", [connecting, web, before], embed_model, floor=0.1)
     assert [(s.label, s.kind, s.text[:14]) for s in refined] == [
-        ("S1", "corpus", "There is no sh"), ("S2", "corpus", "Enter your SSO"), ("S3", "web", "A shared VPN p"),
+        ("S1", "corpus", "Enter your SSO"), ("S2", "corpus", "There is no sh"), ("S3", "web", "A shared VPN p"),
     ]  # fmt: skip

@@ -1,9 +1,10 @@
-"""The corrective answer workflow, branch by branch, with deterministic scripted LLMs.
+"""The evidence-first answer workflow, branch by branch, with deterministic scripted LLMs.
 
 Every test runs the real workflow on the real embedded PostgreSQL with the real
 local embedding model; only the two LLM roles are :class:`ScriptedLLM` fakes.
-Their handlers read the passages / sources out of the prompt, so grades and
-answers follow from the documents, not from call order.
+Their handlers read the evidence, the listed lines and the statements out of the
+prompt, so grades, answers and judgements follow from the documents, not from
+call order.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ import psycopg
 import pytest
 
 from enterprise_rag import EnterpriseRAG, Principal
-from enterprise_rag.answer.checks.citations import strip_citations
-from enterprise_rag.answer.checks.draft import Draft
+from enterprise_rag.answer.checks.draft import MISSING_PART, QUOTED_INTRO, draft_text
 from enterprise_rag.answer.workflow import FLAGGED_ANSWER, AnswerWorkflow
 from enterprise_rag.config import WorkflowSettings, load_settings
-from enterprise_rag.errors import LLMError, PermissionDeniedError
+from enterprise_rag.errors import ConfigError, LLMError, PermissionDeniedError
+from enterprise_rag.llm import prompts
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch
@@ -34,22 +35,25 @@ from enterprise_rag.testing import ScriptedLLM, yes_probability
 from tests.support.http import RequestsRouter, http_requests  # noqa: F401  (fixture)
 from tests.support.workflow import (
     ALICE,
-    CHECK_OK,
     DOCS,
     FACT,
     GRADE_NO,
     GRADE_PARTIAL,
     QUESTION,
+    REFUSAL,
+    RESTATED,
     Handler,
     answer_with,
-    check_reply,
     grade_yes_if,
     llms,
     must_not_run,
     passage_in,
+    reply,
     sentence_with,
-    sources_in,
+    support_all,
+    supported_if_stated,
     write_docs,
+    writes,
 )
 
 CURATED = {
@@ -57,6 +61,9 @@ CURATED = {
     "# Liquid nitrogen\n\nLiquid nitrogen boils at minus 196 degrees Celsius at normal pressure.\n",
 }
 NITROGEN_QUESTION = "At what temperature does liquid nitrogen boil?"
+VACATION = "Every employee receives 27 days of paid vacation per calendar year."
+CARRY_OVER = "Unused vacation days carry over until March 31 of the following year."
+STEPS = ["prepare", "retrieve", "grade", "generate", "verify", "finish"]
 
 
 class Crash(BaseException):
@@ -141,20 +148,22 @@ def test_proceed_answers_with_citations_and_the_json_payload(make_rag: MakeRag) 
 
     res = rag.query(QUESTION, user=ALICE)
 
-    assert FACT in res.answer and "[S1]" in res.answer
+    assert res.answer == f"{VACATION} [S1]"
     p = res.pipeline
     assert p["decision"] == "proceed" and p["retrieval_used"] is True
     assert (p["query_rewrites"], p["hallucination_retries"], p["usefulness_retries"]) == (0, 0, 0)
     assert p["web_search_used"] is False and p["flagged_for_review"] is False
-    graded = grader.count("grade")  # one call per passage above the similarity floor
-    assert graded >= 2 and (generator.count("generate"), grader.count("check")) == (1, 1)
+    assert (p["partial"], p["quoted"], p["missing_parts"]) == (False, False, [])
+    graded = grader.count("grade")  # one call per evidence unit put to the grader
+    # the sentence copies its line, so it needs no judge
+    assert graded >= 2 and (generator.count("generate"), grader.count("support")) == (1, 0)
     assert grader.count("rewrite") == 0 and generator.count("revise") == 0
-    assert p["llm_calls"] == graded + 2 and p["prompt_tokens"] > 0 and p["completion_tokens"] > 0
+    assert p["llm_calls"] == graded + 1 and p["prompt_tokens"] > 0 and p["completion_tokens"] > 0
 
     (citation,) = res.citations
     assert citation.label == "S1" and citation.kind == "corpus"
     assert citation.source.endswith("vacation.md") and citation.document_id
-    assert FACT in citation.quote
+    assert citation.quote == VACATION  # the span the sentence rests on, verbatim
     ev = res.evaluation
     assert ev["support"] == {"label": "fully_supported", "score": 1.0, "unsupported_claims": []}
     assert ev["usefulness"] == {"label": "useful", "score": 1.0}
@@ -177,29 +186,29 @@ def test_proceed_answers_with_citations_and_the_json_payload(make_rag: MakeRag) 
     assert isinstance(payload["pipeline"]["latency_ms"], int) and payload["pipeline"]["latency_ms"] > 0
 
 
-def test_trace_records_steps_grades_prompts_for_its_owner_only(make_rag: MakeRag) -> None:
+def test_trace_records_steps_evidence_prompts_for_its_owner_only(make_rag: MakeRag) -> None:
     generator, grader = llms()
     rag = make_rag(generator, grader)
     res = rag.query(QUESTION, user=ALICE)
 
     trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None and trace["status"] == "done" and trace["question"] == QUESTION
-    names = [s["step"] for s in trace["steps"]]
-    assert names == ["prepare", "retrieve", "grade", "refine", "generate", "citations", "check"]
+    assert [s["step"] for s in trace["steps"]] == STEPS
     (grade,) = step_data(trace, "grade")
     assert grade["decision"] == "proceed"
-    assert any(g["grade"] == "yes" and g["method"] == "llm" for g in grade["grades"])
+    assert any(label == "yes" and method == "llm" and VACATION in text for text, label, _, method in grade["evidence"])
     assert step_data(trace, "retrieve")[0]["query"] == QUESTION
-    assert step_data(trace, "generate")[0]["answer"] == res.answer
+    ((written, lines),) = step_data(trace, "generate")[0]["sentences"]
+    assert written == VACATION and len(lines) == 1
     calls = trace["llm_calls"]
-    graded = sum(1 for g in grade["grades"] if g["method"] == "llm")
-    assert [c["name"] for c in calls] == ["grade"] * graded + ["generate", "check"]
-    assert [c["seq"] for c in calls] == list(range(1, graded + 3))
+    graded = len(grade["evidence"])
+    assert [c["name"] for c in calls] == ["grade"] * graded + ["generate"]  # the copied line needs no judge
+    assert [c["seq"] for c in calls] == list(range(1, graded + 2))
     assert all(c["response"].startswith('{"top_logprobs": ') for c in calls[:graded])  # what p(yes) was read from
     generate = calls[graded]
     assert generate["role"] == "generator" and generate["model"] == "scripted"
     assert "Task: generate" in generate["messages"][-1]["content"]
-    assert Draft.from_reply(generate["response"]).render() == res.answer
+    assert VACATION in json.loads(generate["response"]).values()
     assert trace["result"] == res.to_dict()
 
     mallory = Principal(user_id="mallory", groups=["all-staff"])
@@ -259,13 +268,13 @@ def test_same_question_twice_uses_the_grade_cache(make_rag: MakeRag) -> None:
     second = rag.query(QUESTION, user=ALICE)
 
     graded = grader.count("grade")
-    assert graded == first.pipeline["llm_calls"] - 2  # the first run only
+    assert graded == first.pipeline["llm_calls"] - 1  # the first run only
     assert second.answer == first.answer and second.pipeline["decision"] == "proceed"
-    assert second.pipeline["llm_calls"] == 2  # generate + check only
+    assert second.pipeline["llm_calls"] == 1  # generate only: its sentence copies its line
     trace = rag.trace(second.trace_id, ALICE)
     assert trace is not None
-    methods = {g["method"] for g in step_data(trace, "grade")[0]["grades"]}
-    assert "cache" in methods and "llm" not in methods
+    methods = {method for _, _, _, method in step_data(trace, "grade")[0]["evidence"]}
+    assert methods == {"cache"}
 
 
 def test_follow_up_is_rewritten_standalone_before_retrieval(make_rag: MakeRag) -> None:
@@ -298,16 +307,16 @@ def test_failed_standalone_rewrite_falls_back_to_the_conversation_words(make_rag
     assert FACT in res.answer
 
 
-def test_small_talk_needs_no_retrieval_and_no_llm(make_rag: MakeRag) -> None:
-    generator, grader = llms()
-    rag = make_rag(generator, grader)
+def test_a_greeting_is_no_special_case(make_rag: MakeRag) -> None:
+    """No phrase list decides that retrieval is not needed: a greeting finds no evidence and is a not-found."""
+    generator, grader = llms(grade=GRADE_NO)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
     res = rag.query("Hello!", user=ALICE)
-    assert res.pipeline["retrieval_used"] is False and res.pipeline["llm_calls"] == 0
-    assert generator.calls == [] and grader.calls == [] and res.citations == []
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["retrieval_used"] is True and generator.calls == []
 
 
-# ---- corrective decisions -------------------------------------------------------------------------------
-def test_augment_rewrites_up_to_the_cap_then_answers_from_partial_passages(make_rag: MakeRag) -> None:
+# ---- evidence decides: proceed, augment, fallback --------------------------------------------------------
+def test_augment_rewrites_up_to_the_cap_then_answers_from_partial_evidence(make_rag: MakeRag) -> None:
     generator, grader = llms(grade=GRADE_PARTIAL)
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 2})
     res = rag.query(QUESTION, user=ALICE)
@@ -322,7 +331,6 @@ def test_augment_rewrites_up_to_the_cap_then_answers_from_partial_passages(make_
     queries = [d["query"] for d in step_data(trace, "retrieve")]
     assert queries == [QUESTION, "paid vacation days per calendar year", "paid vacation days per calendar year"]
     assert [d["decision"] for d in step_data(trace, "grade")] == ["augment"] * 3
-    assert all(g["grade"] in ("partial", "no") for g in step_data(trace, "grade")[-1]["grades"])
 
 
 def test_fallback_without_web_is_not_found_without_a_generation_call(make_rag: MakeRag) -> None:
@@ -334,7 +342,7 @@ def test_fallback_without_web_is_not_found_without_a_generation_call(make_rag: M
     p = res.pipeline
     assert p["decision"] == "fallback" and p["query_rewrites"] == 1 and p["web_search_used"] is False
     assert p["not_found"] is True and p["flagged_for_review"] is False
-    assert generator.calls == [] and grader.count("check") == 0
+    assert generator.calls == [] and grader.count("support") == 0
     assert res.evaluation["sources"] == {"corpus": 0, "web": 0}
     assert res.evaluation["usefulness"]["label"] == "not_found"
     assert res.evaluation["confidence"] <= 0.5
@@ -349,79 +357,98 @@ def test_a_grader_no_stands_on_a_strong_dense_match(make_rag: MakeRag) -> None:
     trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
     (retrieved,) = step_data(trace, "grade")
-    asked = [g for g in retrieved["grades"] if g["method"] == "llm"]
-    assert asked and all(g["grade"] == "no" for g in retrieved["grades"])
+    asked = [e for e in retrieved["evidence"] if e[3] == "llm"]
+    assert asked and all(label == "no" for _, label, _, _ in retrieved["evidence"])
     similarities = [n.node.metadata.get("similarity") or 0.0 for n in rag.retrieve(QUESTION, user=ALICE, top_k=5)]
     assert max(similarities) >= 0.6  # the vacation passage is a strong dense match, and still rejected
     assert res.pipeline["decision"] == "fallback" and generator.calls == [] and res.answer == NOT_FOUND_ANSWER
 
 
-def test_generator_not_found_is_treated_as_fallback(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate=NOT_FOUND_ANSWER)
+def test_strong_evidence_with_a_refusing_generator_still_answers_with_the_evidence_quoted(make_rag: MakeRag) -> None:
+    """The generator is offered no refusal; when what it writes does not verify, the evidence it was given is the
+    answer, quoted verbatim and marked so: never a not-found or a blanket flag over evidence that answers."""
+    generator, grader = llms(generate=writes(REFUSAL))
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
     res = rag.query(QUESTION, user=ALICE)
-    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
-    assert res.pipeline["decision"] == "fallback" and res.citations == []
-    assert generator.count("generate") == 1 and grader.count("check") == 0
+
+    assert res.answer == f'{QUOTED_INTRO}\n- "{VACATION}" [S1]'
+    p = res.pipeline
+    assert p["not_found"] is False and p["flagged_for_review"] is False and p["quoted"] is True
+    assert generator.count("generate") == 1 and generator.count("revise") == 1  # one revision first
+    (citation,) = res.citations
+    assert citation.quote == VACATION and citation.source.endswith("vacation.md")
+    assert res.evaluation["support"]["unsupported_claims"] == [REFUSAL]
+
+
+def test_a_paraphrased_refusal_on_weak_evidence_is_a_not_found(make_rag: MakeRag) -> None:
+    """Weak evidence and nothing verified: the outcome is a not-found, whatever words the refusal used."""
+    generator, grader = llms(grade=GRADE_PARTIAL, generate=writes(REFUSAL))
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
+    res = rag.query(QUESTION, user=ALICE)
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True and res.citations == []
+    assert REFUSAL not in res.answer
 
 
 def test_rewrites_that_find_the_same_sources_do_not_generate_again(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate=NOT_FOUND_ANSWER)
+    generator, grader = llms(grade=GRADE_PARTIAL, generate=writes(REFUSAL))
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 2})
     res = rag.query(QUESTION, user=ALICE)
     assert res.pipeline["not_found"] is True and res.pipeline["query_rewrites"] == 2
     assert generator.count("generate") == 1  # both rewrites retrieved the same passages
 
 
-def test_the_not_found_reply_is_a_not_found_but_a_phrase_inside_an_answer_is_not(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate=f'"{NOT_FOUND_ANSWER}"')  # with quotes, as small models write it
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
-    res = rag.query(QUESTION, user=ALICE)
-    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True and res.citations == []
-    assert generator.count("revise") == 0 and grader.count("check") == 0
-
-
-def test_an_answer_with_no_verified_sentence_is_a_not_found(make_rag: MakeRag) -> None:
-    invented = "Employees get 45 days of paid vacation every calendar year. [S1]"
-    generator, grader = llms(generate=invented, revise=invented)
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
-    res = rag.query(QUESTION, user=ALICE)
-    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
-    assert generator.count("revise") == 1 and grader.count("check") == 0  # revised once, then dropped
-    trace = rag.trace(res.trace_id, ALICE)
-    assert trace is not None
-    assert [c["kept"] for c in step_data(trace, "citations")] == [0, 0]
-
-
 @pytest.mark.parametrize(
-    "reply",
+    "draft",
     [
-        "The vacation budget is $9,000 per employee.",  # no citation at all, and an amount of no source
-        "Every employee receives 45 days of paid vacation per calendar year. [S1]",  # a number of no source
-        "Vacation requests are approved by the regional payroll gateway. [S1]",  # not what its source says
-        "Every employee receives 27 days of paid vacation per calendar year. [S7]",  # a label of no source
-        # the not-found words inside an answer do not excuse its uncited claim
-        "I could not find the carry-over rule, but staff get 40 days of leave.",
+        "Every employee receives 45 days of paid vacation per calendar year.",  # a number of no line
+        "Vacation requests are approved by the regional payroll gateway.",  # not what its line says
+        "I could not find the carry-over rule, but staff get 40 days of leave.",  # a refusal's words excuse nothing
     ],
-    ids=["uncited-invented-amount", "number-not-in-source", "ungrounded", "unknown-label", "refusal-phrase"],
+    ids=["number-not-in-line", "ungrounded", "refusal-phrase"],
 )
-def test_an_unverifiable_sentence_is_revised_once_then_the_revision_is_used(make_rag: MakeRag, reply: str) -> None:
-    generator, grader = llms(generate=reply)
+def test_an_unverifiable_sentence_is_revised_once_then_the_revision_is_used(make_rag: MakeRag, draft: str) -> None:
+    generator, grader = llms(generate=writes(draft), revise=answer_with(FACT))
     rag = make_rag(generator, grader)
     res = rag.query(QUESTION, user=ALICE)
     assert generator.count("generate") == 1 and generator.count("revise") == 1
-    assert FACT in res.answer and "9,000" not in res.answer and "45" not in res.answer and res.citations
+    assert res.answer == f"{VACATION} [S1]" and res.pipeline["partial"] is False  # the revision replaced it
     revise_prompt = generator.calls[-1][1][-1].content
-    assert "Problems found" in revise_prompt and strip_citations(reply)[:30] in revise_prompt
+    assert "not what their lines state" in revise_prompt and draft[:30] in revise_prompt
 
 
-def test_a_revision_that_gives_up_keeps_the_verified_sentences(make_rag: MakeRag) -> None:
-    draft = f"Every employee receives {FACT} of paid vacation per calendar year. [S1] It is paid at 150% of salary."
-    generator, grader = llms(generate=draft, revise=NOT_FOUND_ANSWER)
+def test_a_verified_sentence_survives_a_revision_that_drops_it(make_rag: MakeRag) -> None:
+    invented = "Every employee also gets 150 days of sabbatical."
+    generator, grader = llms(grade=grade_yes_if("vacation"), generate=writes(VACATION, invented),
+                             revise=writes(REFUSAL))  # fmt: skip
     rag = make_rag(generator, grader)
     res = rag.query(QUESTION, user=ALICE)
-    assert generator.count("revise") == 1 and FACT in res.answer and "150%" not in res.answer
+    assert generator.count("revise") == 1 and res.answer == f"{VACATION} [S1]"
+    revise_prompt = generator.calls[-1][1][-1].content
+    assert invented in revise_prompt and f'"{VACATION}"' not in revise_prompt  # only the failed one goes back
     assert res.pipeline["not_found"] is False and res.citations
+
+
+def test_a_draft_with_one_unsupported_sentence_returns_the_supported_rest_marked_partial(make_rag: MakeRag) -> None:
+    unsupported = "Vacation is paid at double the usual salary rate."
+    generator, grader = llms(grade=grade_yes_if("vacation"), generate=writes(VACATION, unsupported),
+                             revise=writes(unsupported))  # fmt: skip
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert res.answer == f"{VACATION} [S1]" and "double" not in res.answer
+    assert res.pipeline["partial"] is True and res.pipeline["flagged_for_review"] is False
+    assert res.evaluation["support"] == {"label": "partially_supported", "score": 0.5,
+                                         "unsupported_claims": [unsupported]}  # fmt: skip
+
+
+def test_a_two_part_question_answers_the_part_it_can_and_names_the_other(make_rag: MakeRag) -> None:
+    question = "How many days of paid vacation does an employee get per year, and how long must passwords be?"
+    generator, grader = llms()
+    rag = make_rag(generator, grader)
+    res = rag.query(question, user=ALICE)
+    missing = MISSING_PART.format(part="how long must passwords be")
+    assert res.answer == f"{VACATION} [S1]\n{missing}"
+    assert res.pipeline["partial"] is True and res.pipeline["missing_parts"] == ["how long must passwords be"]
+    assert res.evaluation["usefulness"]["label"] == "partially_useful"
 
 
 def test_a_negative_fact_is_an_answer_with_its_citation(make_rag: MakeRag, tmp_path: Path) -> None:
@@ -438,28 +465,19 @@ def test_a_negative_fact_is_an_answer_with_its_citation(make_rag: MakeRag, tmp_p
     assert citation.relative_source == "travel.md"  # relative to the folder it was ingested from
 
 
-def test_a_sentence_copied_from_a_source_gets_that_source(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate="Every employee receives 27 days of paid vacation per calendar year.")
-    rag = make_rag(generator, grader)
-    res = rag.query(QUESTION, user=ALICE)
-    assert generator.count("revise") == 0 and res.answer.endswith("[S1]")
-    assert res.citations[0].source.endswith("vacation.md") and FACT in res.citations[0].quote
-    trace = rag.trace(res.trace_id, ALICE)
-    assert trace is not None and step_data(trace, "citations")[0]["attributed"] == 1
-
-
-def test_the_verifier_is_neutral_and_checks_every_sentence(make_rag: MakeRag) -> None:
-    both = ("Every employee receives 27 days of paid vacation per calendar year. [S1] "
-            "Unused vacation days carry over until March 31 of the following year. [S1]")  # fmt: skip
-    generator, grader = llms(generate=both)
+def test_the_judge_is_neutral_and_sees_each_claim_with_its_own_lines(make_rag: MakeRag) -> None:
+    carry_over = "Unused vacation days carry over until March 31."
+    generator, grader = llms(grade=grade_yes_if("vacation"), generate=writes(RESTATED, carry_over))
     rag = make_rag(generator, grader)
     rag.query(QUESTION, user=ALICE)
-    (check,) = [msgs for name, msgs in grader.calls if name == "check"]
+    supports = [msgs for name, msgs in grader.calls if name == "support"]
     (generate,) = [msgs for name, msgs in generator.calls if name == "generate"]
-    assert check[0].content == generate[0].content  # the shared prefix: rules and sources
-    task = check[-1].content
-    assert "[C1] Every employee receives 27 days" in task and "[C2] Unused vacation days" in task
-    assert not re.search(r"sources (do )?(answer|contain|hold)|answer (exists|is there)", task, re.I)
+    assert len(supports) == 2 and all(s[0].content == generate[0].content for s in supports)  # the shared prefix
+    statements = [prompts.statement_of(s) for s in supports]
+    assert statements == [RESTATED, carry_over]
+    for support, line, other in zip(supports, [VACATION, CARRY_OVER], [CARRY_OVER, VACATION], strict=True):
+        assert line in support[-1].content and other not in support[-1].content  # the claim's own line only
+        assert not re.search(r"answer|draft|generat|correct", support[-1].content, re.I)
 
 
 def system_messages(*models: ScriptedLLM) -> list[tuple[str, str]]:
@@ -468,32 +486,35 @@ def system_messages(*models: ScriptedLLM) -> list[tuple[str, str]]:
 
 
 def test_every_call_of_a_question_starts_with_one_byte_identical_prefix(make_rag: MakeRag) -> None:
-    """Grades, generation and the check read the same rules and sources: a prompt cache evaluates them once."""
-    generator, grader = llms(grade=yes_probability(1.0))
+    """Grades, generation and the judge read the same rules and sources: a prompt cache evaluates them once."""
+    generator, grader = llms(generate=writes(RESTATED))
     rag = make_rag(generator, grader)
     res = rag.query(QUESTION, user=ALICE)
     assert FACT in res.answer
     calls = system_messages(grader, generator)
-    assert {name for name, _ in calls} == {"grade", "generate", "check"}
+    assert {name for name, _ in calls} == {"grade", "generate", "support"}
     assert len({system for _, system in calls}) == 1, calls
-    assert len([name for name, _ in calls if name == "grade"]) >= 2  # several sources, one prefix
+    assert len([name for name, _ in calls if name == "grade"]) >= 2  # several units, one prefix
 
 
 def test_a_re_retrieval_starts_a_new_prefix_that_generation_shares(make_rag: MakeRag) -> None:
-    """One passage per retrieval: the first is graded no, the rewrite finds another, graded yes and answered."""
+    """One passage per retrieval: the first has no evidence, the rewrite finds another, which answers."""
     generator, grader = llms(grade=grade_yes_if("Meals"), generate=answer_with("Meals"),
                              rewrite="meals reimbursed during business travel per day")  # fmt: skip
     rag = make_rag(generator, grader, workflow={"top_k": 1, "max_query_rewrites": 1})
     res = rag.query(QUESTION, user=ALICE)
     assert "60 euros" in res.answer and res.pipeline["query_rewrites"] == 1
-    first, second = (system for name, system in system_messages(grader) if name == "grade")
-    assert first != second and "vacation" in first and "Meals" in second
-    assert {system for name, system in system_messages(generator, grader) if name in ("generate", "check")} == {second}
+    prefixes = list(dict.fromkeys(system for name, system in system_messages(grader) if name == "grade"))
+    first, second = prefixes
+    assert "vacation" in first and "Meals" in second and "vacation" not in second  # the rejected passage left
+    assert {system for name, system in system_messages(generator, grader) if name in ("generate", "support")} == {
+        second
+    }
 
 
 def test_a_passage_kept_before_a_re_retrieval_shares_the_new_prefix(make_rag: MakeRag) -> None:
-    """The first passage is only partial, so the question is rewritten; the second retrieval's passage is graded
-    over both, the set generation then reads: the answer reuses the second round's grading prefix."""
+    """The first passage is only partial evidence, so the question is rewritten; the second round grades over
+    both passages, the set generation then reads: the answer reuses the second round's prefix."""
     partial = sum(WorkflowSettings().grade_thresholds_fallback) / 2
 
     def grade(messages: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -504,37 +525,26 @@ def test_a_passage_kept_before_a_re_retrieval_shares_the_new_prefix(make_rag: Ma
     rag = make_rag(generator, grader, workflow={"top_k": 1, "max_query_rewrites": 1})
     res = rag.query(QUESTION, user=ALICE)
     assert "60 euros" in res.answer and res.pipeline["query_rewrites"] == 1
-    first, second = (system for name, system in system_messages(grader) if name == "grade")
+    prefixes = list(dict.fromkeys(system for name, system in system_messages(grader) if name == "grade"))
+    first, second = prefixes
     assert "vacation" in first and "Meals" not in first and "vacation" in second and "Meals" in second
-    assert {system for name, system in system_messages(generator, grader) if name in ("generate", "check")} == {second}
+    assert {system for name, system in system_messages(generator, grader) if name in ("generate", "support")} == {
+        second
+    }
 
 
-def test_a_sentence_the_verifier_rejects_is_left_out(make_rag: MakeRag) -> None:
-    both = ("Every employee receives 27 days of paid vacation per calendar year. [S1] "
-            "Unused vacation days carry over until March 31 of the following year. [S1]")  # fmt: skip
-
-    def second_unsupported(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {"C1": {"supported": True}, "C2": {"supported": False}, "answers_question": True}
-
-    generator, grader = llms(generate=both, check=second_unsupported)
-    rag = make_rag(generator, grader, workflow={"support_threshold": 0.5})
-    res = rag.query(QUESTION, user=ALICE)
-    assert FACT in res.answer and "March 31" not in res.answer
-    assert res.evaluation["support"]["label"] == "partially_supported"
-
-
-def test_a_left_out_part_of_a_two_part_question_is_asked_for_in_one_revision(make_rag: MakeRag) -> None:
-    both = ("Every employee receives 27 days of paid vacation per calendar year. [S1] "
-            "Unused vacation days carry over until March 31 of the following year. [S1]")  # fmt: skip
-    generator, grader = llms(revise=both)
-    rag = make_rag(generator, grader)
-    res = rag.query(f"{QUESTION[:-1]}, and what if some are unused?", user=ALICE)
-    assert generator.count("generate") == 1 and generator.count("revise") == 1
-    assert "does not address: what if some are unused?" in generator.calls[-1][1][-1].content
-    assert "March 31" in res.answer and FACT in res.answer
-    trace = rag.trace(res.trace_id, ALICE)
-    assert trace is not None
-    assert [c["unanswered"] for c in step_data(trace, "citations")] == [["what if some are unused?"], []]
+def test_a_question_naming_a_code_no_source_names_is_not_found_without_generating(make_rag: MakeRag) -> None:
+    question = "How many days of paid vacation does contract type VX-9 get per year?"
+    generator, grader = llms()
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
+    res = rag.query(question, user=ALICE)
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True and generator.calls == []
+    # the aid is one setting: switched off, the same question is answered from the neighbouring facts
+    generator, grader = llms()
+    plain = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "compensations": []})
+    assert FACT in plain.query(question, user=ALICE).answer
+    with pytest.raises(ConfigError, match="unknown"):
+        make_rag(generator, grader, workflow={"compensations": ["nonsense"]}).query(question, user=ALICE)
 
 
 # ---- web fallback and egress ----------------------------------------------------------------------------
@@ -542,7 +552,8 @@ def test_web_fallback_uses_curated_sources_labelled_web_with_capped_confidence(
     make_rag: MakeRag, tmp_path: Path
 ) -> None:
     curated = write_docs(tmp_path / "curated", CURATED)
-    generator, grader = llms(grade=GRADE_NO, generate=answer_with("196"), rewrite="liquid nitrogen boiling point")
+    generator, grader = llms(grade=grade_yes_if("196"), generate=answer_with("196"),
+                             rewrite="liquid nitrogen boiling point")  # fmt: skip
     rag = make_rag(
         generator, grader,
         workflow={"max_query_rewrites": 1, "web_phrasings": 2, "web_confidence_cap": 0.3},
@@ -575,9 +586,9 @@ def test_augment_with_web_keeps_corpus_passages_and_caps_confidence(make_rag: Ma
         "Staff get 27 days of paid vacation each year according to the public leave FAQ.\n",
     })  # fmt: skip
 
-    def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> str:
-        found = [(label, text) for label, text in sources_in(messages).items() if FACT in text]
-        return " ".join(f"{sentence_with(text, FACT)}. [{label}]" for label, text in found)
+    def cite_every_source(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        lines = prompts.listed_lines(messages)
+        return reply(lines, {n: f"{sentence_with(text, FACT)}." for n, text in lines.items() if FACT in text})
 
     generator, grader = llms(grade=GRADE_PARTIAL, generate=cite_every_source)
     rag = make_rag(
@@ -634,10 +645,10 @@ def test_web_search_sends_only_the_users_own_words(make_rag: MakeRag, http_reque
         return re.search(r"Question: (.*)", messages[-1].content).group(1) + " boiling point"  # type: ignore[union-attr]
 
     http_requests.add("POST", "https://api.tavily.com/search", (200, NITROGEN_RESULT))
-    generator, grader = llms(grade=GRADE_NO, generate=answer_with("196"), rewrite=echo_rewrite,
+    generator, grader = llms(grade=grade_yes_if("196"), generate=answer_with("196"), rewrite=echo_rewrite,
                              standalone=f"At what temperature does the nitrogen in tank {secret} boil?")  # fmt: skip
     rag = make_rag(
-        generator, grader, workflow={"max_query_rewrites": 1, "web_phrasings": 2},
+        generator, grader, workflow={"max_query_rewrites": 1, "web_phrasings": 2, "compensations": []},
         web_search={"provider": "tavily", "api_key": "tvly-test-not-a-key", "egress_groups": ["research"]},
     )  # fmt: skip
     rita = Principal(user_id="rita", groups=["all-staff", "research"])
@@ -690,52 +701,33 @@ def test_egress_policy_gates_only_sources_that_leave_the_machine(tmp_path: Path)
         policy.allows(None)  # type: ignore[arg-type]
 
 
-# ---- support and usefulness loops -----------------------------------------------------------------------
-def test_hallucination_retries_are_capped_then_flagged(make_rag: MakeRag) -> None:
-    generator, grader = llms(check=check_reply(supported=False))
-    rag = make_rag(generator, grader, workflow={"max_hallucination_retries": 2})
+# ---- the judge: quoted evidence rather than a flag; fail-closed on outage ------------------------------
+def test_an_answer_the_judge_never_supports_is_the_evidence_quoted_never_a_blanket_flag(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate=writes(RESTATED), support=support_all(0.0))
+    rag = make_rag(generator, grader, workflow={"max_revisions": 1})
     res = rag.query(QUESTION, user=ALICE)
 
     p = res.pipeline
-    assert p["flagged_for_review"] is True and p["hallucination_retries"] == 2
-    assert res.answer == FLAGGED_ANSWER and res.citations == []
-    assert generator.count("generate") == 1 and generator.count("revise") == 2 and grader.count("check") == 3
+    assert p["flagged_for_review"] is False and p["quoted"] is True and p["hallucination_retries"] == 1
+    assert res.answer == f'{QUOTED_INTRO}\n- "{VACATION}" [S1]'
+    assert generator.count("generate") == 1 and generator.count("revise") == 1 and grader.count("support") == 2
     assert res.evaluation["support"]["label"] == "not_supported"
-    assert res.evaluation["support"]["unsupported_claims"] == [
-        "Every employee receives 27 days of paid vacation per calendar year."
-    ]
-    assert res.evaluation["confidence"] <= 0.2
     revise_prompt = next(msgs for name, msgs in generator.calls if name == "revise")[-1].content
-    assert "Not supported by the sources: Every employee receives 27 days" in revise_prompt
+    assert f'"{RESTATED}"' in revise_prompt and "its lines do not state this" in revise_prompt
 
 
-def test_hallucination_retry_that_succeeds_is_not_flagged(make_rag: MakeRag) -> None:
-    replies = iter([check_reply(supported=False), CHECK_OK])
-    generator, grader = llms(check=lambda m, k: next(replies)(m, k))
+def test_a_revision_that_verifies_is_the_answer(make_rag: MakeRag) -> None:
+    replies = iter([support_all(0.0), supported_if_stated])
+    generator, grader = llms(generate=writes(RESTATED), support=lambda m, k: next(replies)(m, k))
     rag = make_rag(generator, grader)
     res = rag.query(QUESTION, user=ALICE)
     assert res.pipeline["hallucination_retries"] == 1 and res.pipeline["flagged_for_review"] is False
-    assert FACT in res.answer and res.evaluation["support"]["label"] == "fully_supported"
-
-
-def test_usefulness_retries_are_capped(make_rag: MakeRag) -> None:
-    generator, grader = llms(check=check_reply(answers=False))
-    rag = make_rag(generator, grader, workflow={"max_usefulness_retries": 1})
-    res = rag.query(QUESTION, user=ALICE)
-
-    p = res.pipeline
-    assert p["usefulness_retries"] == 1 and p["flagged_for_review"] is False
-    assert grader.count("rewrite") == 1 and generator.count("generate") == 2 and grader.count("check") == 2
-    trace = rag.trace(res.trace_id, ALICE)
-    assert trace is not None
-    asked = {g["node_id"] for d in step_data(trace, "grade") for g in d["grades"] if g["method"] == "llm"}
-    assert grader.count("grade") == len(asked)  # the rerun grades only passages it has not graded yet
-    assert res.evaluation["usefulness"] == {"label": "not_useful", "score": 0.0}
-    assert FACT in res.answer
+    assert res.answer == f"{RESTATED} [S1]" and res.evaluation["support"]["label"] == "fully_supported"
+    assert res.pipeline["quoted"] is False
 
 
 # ---- LLM failures: bounded retries, then a clear outcome ------------------------------------------------
-def test_grader_failure_fails_open_with_ungraded_passages(make_rag: MakeRag) -> None:
+def test_grader_failure_fails_open_with_ungraded_evidence(make_rag: MakeRag) -> None:
     generator, grader = llms(grade=failing(RuntimeError("500 Internal Server Error")))
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "llm_max_retries": 2})
     res = rag.query(QUESTION, user=ALICE)
@@ -744,8 +736,8 @@ def test_grader_failure_fails_open_with_ungraded_passages(make_rag: MakeRag) -> 
     assert res.pipeline["decision"] == "augment" and FACT in res.answer and res.citations
     trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
-    grades = step_data(trace, "grade")[0]["grades"]
-    assert grades and all(g["grade"] == "ungraded" and g["method"] == "fail-open" for g in grades)
+    evidence = step_data(trace, "grade")[0]["evidence"]
+    assert evidence and all((label, method) == ("ungraded", "fail-open") for _, label, _, method in evidence)
     # A failed grading is not cached: the next run asks again.
     rag.query(QUESTION, user=ALICE)
     assert grader.count("grade") == 6
@@ -763,46 +755,44 @@ def test_grader_timeout_is_retried_then_fails_open(make_rag: MakeRag) -> None:
 
 
 def test_rate_limit_is_retried_with_backoff_then_succeeds(make_rag: MakeRag) -> None:
-    generator, grader = llms(check=fail_then(2, RuntimeError("429 Too Many Requests"), CHECK_OK))
+    generator, grader = llms(
+        generate=writes(RESTATED), support=fail_then(2, RuntimeError("429 Too Many Requests"), supported_if_stated)
+    )
     rag = make_rag(generator, grader, workflow={"llm_max_retries": 2, "llm_backoff_s": 0.05})
     t0 = time.perf_counter()
     res = rag.query(QUESTION, user=ALICE)
 
-    assert grader.count("check") == 3
+    assert grader.count("support") == 3
     assert time.perf_counter() - t0 >= 0.05 + 0.1  # backoff 0.05 s, then 0.1 s
     assert res.pipeline["flagged_for_review"] is False and FACT in res.answer
     assert res.pipeline["llm_calls"] == grader.count("grade") + 2  # failed attempts are not successful calls
 
 
-def test_support_check_always_rate_limited_fails_closed(make_rag: MakeRag) -> None:
-    generator, grader = llms(check=failing(RuntimeError("429 Too Many Requests")))
-    rag = make_rag(generator, grader, workflow={"llm_max_retries": 1, "max_hallucination_retries": 2})
+def test_a_judge_always_rate_limited_fails_closed(make_rag: MakeRag) -> None:
+    generator, grader = llms(generate=writes(RESTATED), support=failing(RuntimeError("429 Too Many Requests")))
+    rag = make_rag(generator, grader, workflow={"llm_max_retries": 1})
     res = rag.query(QUESTION, user=ALICE)
 
-    assert grader.count("check") == 2  # no revision loop on an unknown verdict
-    assert generator.count("revise") == 0
+    assert grader.count("support") == 2 and generator.count("revise") == 0  # no revision on an unjudged claim
     p = res.pipeline
     assert p["flagged_for_review"] is True and p["hallucination_retries"] == 0
     assert res.answer == FLAGGED_ANSWER and res.citations == []
-    assert res.evaluation["support"]["label"] == "unknown"
     assert res.evaluation["confidence"] <= 0.2
 
 
-def test_a_grader_reply_that_is_neither_yes_nor_no_leaves_passages_ungraded(make_rag: MakeRag) -> None:
-    """Not retried (the same prompt gets the same reply): the passages are kept ungraded, and a check reply
-    that is not JSON is retried, then the answer is flagged."""
-    generator, grader = llms(grade="Perhaps", check="not json")
+def test_replies_that_are_neither_yes_nor_no_grade_nothing_and_support_nothing(make_rag: MakeRag) -> None:
+    """Not retried (the same prompt gets the same reply): the evidence is kept ungraded (fail-open), and a judge
+    that says neither supports nothing (fail-closed), so weak evidence ends in a not-found."""
+    generator, grader = llms(grade="Perhaps", generate=writes(RESTATED), support="Perhaps")
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "llm_max_retries": 2})
     res = rag.query(QUESTION, user=ALICE)
 
     trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
-    grades = step_data(trace, "grade")[0]["grades"]
-    asked = [g for g in grades if g["method"] != "floor"]
-    assert asked and all((g["grade"], g["method"]) == ("ungraded", "fail-open") for g in asked)
-    assert grader.count("grade") == len(asked) and grader.count("check") == 3
-    assert res.pipeline["decision"] == "augment"
-    assert res.pipeline["flagged_for_review"] is True and res.answer == FLAGGED_ANSWER
+    evidence = step_data(trace, "grade")[0]["evidence"]
+    assert evidence and all((label, method) == ("ungraded", "fail-open") for _, label, _, method in evidence)
+    assert grader.count("grade") == len(evidence) and res.pipeline["decision"] == "fallback"
+    assert res.answer == NOT_FOUND_ANSWER
 
 
 def test_generator_timeout_raises_a_clear_error_and_marks_the_trace_failed(make_rag: MakeRag) -> None:
@@ -823,7 +813,8 @@ def _recent(rag: EnterpriseRAG) -> list[dict[str, Any]]:
 
 # ---- resume -------------------------------------------------------------------------------------------
 def test_resume_after_a_crash_replays_finished_calls(make_rag: MakeRag) -> None:
-    generator, grader = llms(check=failing(Crash("process killed during the support check")))
+    crash = failing(Crash("process killed during the support check"))
+    generator, grader = llms(generate=writes(RESTATED), support=crash)
     rag = make_rag(generator, grader)
     with pytest.raises(Crash):
         rag.query(QUESTION, user=ALICE)
@@ -833,21 +824,20 @@ def test_resume_after_a_crash_replays_finished_calls(make_rag: MakeRag) -> None:
     assert crashed is not None and crashed["status"] == "failed" and "Crash" in crashed["error"]
     graded = sum(1 for c in crashed["llm_calls"] if c["name"] == "grade")
     assert graded >= 1 and [c["name"] for c in crashed["llm_calls"]] == ["grade"] * graded + ["generate"]
-    drafted = crashed["llm_calls"][-1]["response"]
-    assert FACT in drafted
 
     generator2 = ScriptedLLM({"generate": must_not_run("generate"), "revise": must_not_run("revise")})
-    grader2 = ScriptedLLM({"grade": must_not_run("grade"), "rewrite": must_not_run("rewrite"), "check": CHECK_OK})
+    grader2 = ScriptedLLM({"grade": must_not_run("grade"), "rewrite": must_not_run("rewrite"),
+                           "support": supported_if_stated})  # fmt: skip
     resumed_rag = make_rag(generator2, grader2)
     res = resumed_rag.resume(trace_id, ALICE)
 
-    assert res.trace_id == trace_id and res.answer == Draft.from_reply(drafted).render()
-    assert [name for name, _ in grader2.calls] == ["check"] and generator2.calls == []
+    assert res.trace_id == trace_id and res.answer == f"{RESTATED} [S1]"
+    assert [name for name, _ in grader2.calls] == ["support"] and generator2.calls == []
     assert res.pipeline["llm_calls"] == 1 and res.pipeline["llm_calls_replayed"] >= 1
     assert res.pipeline["flagged_for_review"] is False and res.citations
     done = resumed_rag.trace(trace_id, ALICE)
     assert done is not None and done["status"] == "done" and done["error"] is None
-    assert [c["name"] for c in done["llm_calls"]] == ["grade"] * graded + ["generate", "check"]
+    assert [c["name"] for c in done["llm_calls"]] == ["grade"] * graded + ["generate", "support"]
     assert [c["seq"] for c in done["llm_calls"]] == list(range(1, graded + 3))
     assert done["result"] == res.to_dict()
 
@@ -859,7 +849,7 @@ def test_stream_query_yields_steps_then_the_checked_answer_then_the_result(make_
     kinds = [e.kind for e in events]
     assert kinds[-1] == "result" and "answer" in kinds and kinds.index("answer") > kinds.index("step")
     steps = [e.name for e in events if e.kind == "step"]
-    assert steps[:3] == ["prepare", "retrieve", "grade"] and steps[-1] == "check"
+    assert steps == STEPS
     result = events[-1].data
     assert "".join(e.text for e in events if e.kind == "answer").replace(" ", "") == result.answer.replace(" ", "")
     trace = rag.trace(result.trace_id, ALICE)
@@ -868,15 +858,13 @@ def test_stream_query_yields_steps_then_the_checked_answer_then_the_result(make_
     assert streamed == [(s["step"], s["data"]) for s in trace["steps"]]  # what was stored, as it happened
     finished = [e for e in events if e.kind == "step"]
     assert [e.seconds for e in finished] == pytest.approx([s["ms"] / 1000 for s in trace["steps"]], abs=1e-3)
-    # Each step is announced as it begins, before it finishes.
-    for e in finished:
-        assert kinds.index("started") <= events.index(e)
+    for e in finished:  # each step is announced as it begins, before it finishes
         assert any(x.kind == "started" and x.name == e.name for x in events[: events.index(e)])
-    # The draft streams while the generator writes, before the checks release the answer.
+    # The draft's text (not its JSON) streams while the generator writes, before the checks release the answer.
     drafts = [i for i, e in enumerate(events) if e.kind == "draft"]
-    generated = generator.calls[0][0] == "generate"
-    assert generated and len(drafts) > 1 and max(drafts) < kinds.index("answer")
-    assert "".join(events[i].text for i in drafts).strip() == trace["llm_calls"][-2]["response"].strip()
+    assert len(drafts) > 1 and max(drafts) < kinds.index("answer")
+    generated = next(c for c in trace["llm_calls"] if c["name"] == "generate")["response"]
+    assert "".join(events[i].text for i in drafts) == draft_text(generated) == VACATION
 
 
 def test_leaving_a_stream_early_cancels_the_run_and_it_can_be_resumed(make_rag: MakeRag) -> None:
@@ -909,7 +897,7 @@ CONCURRENT = {
 
 
 def by_question(handler_for: Callable[[str], Handler]) -> Handler:
-    """Route a grade / generate / check prompt to the handler for the question it asks."""
+    """Route a grade / generate prompt to the handler for the question it asks."""
 
     def handler(messages: list[Any], kwargs: dict[str, Any]) -> Any:
         match = re.search(r"^Question: (.*)$", messages[-1].content, re.M)
@@ -964,17 +952,16 @@ def test_concurrent_queries_share_one_workflow_and_keep_their_runs_apart(
         assert keyword in res.answer and res.citations and res.pipeline["decision"] == "proceed"
         trace = rag.trace(res.trace_id, principal)
         assert trace is not None and trace["question"] == question and trace["user_id"] == principal.user_id
-        assert [s["step"] for s in trace["steps"]] == ["prepare", "retrieve", "grade", "refine", "generate",
-                                                       "citations", "check"]  # fmt: skip
+        assert [s["step"] for s in trace["steps"]] == STEPS
         assert step_data(trace, "retrieve")[0]["query"] == question
-        assert step_data(trace, "generate")[0]["answer"] == res.answer
         calls = trace["llm_calls"]
-        graded = len(calls) - 2
+        graded = len(calls) - 1
         assert res.pipeline["llm_calls"] == len(calls) and graded >= 1
         assert [(c["name"], c["seq"]) for c in calls] == [
-            *(("grade", i) for i in range(1, graded + 1)), ("generate", graded + 1), ("check", graded + 2),
-        ]  # fmt: skip
-        assert all(f"Question: {question}\n" in c["messages"][-1]["content"] for c in calls)
+            *(("grade", i) for i in range(1, graded + 1)),
+            ("generate", graded + 1),
+        ]  # fmt: skip  (each sentence copies its line: no judge)
+        assert all(f"Question: {question}\n" in c["messages"][-1]["content"] for c in calls if c["name"] != "support")
         assert trace["result"] == res.to_dict()
     assert rag.trace(results[0].trace_id, asks[1][1]) is None  # a trace is its owner's only
 
@@ -991,27 +978,3 @@ def test_the_sync_api_works_inside_a_running_event_loop(make_rag: MakeRag) -> No
     assert FACT in res.answer
     assert [e.kind for e in events][:2] == ["started", "step"] and events[-1].kind == "result"
     assert events[-1].data.answer == res.answer
-
-
-def test_the_check_shows_each_claim_with_the_passage_code_matched_it_to(make_rag: MakeRag) -> None:
-    generator, grader = llms(generate="The charges are:\n- Every employee receives 27 days of paid vacation. [S1]")
-    rag = make_rag(generator, grader)
-    rag.query(QUESTION, user=ALICE)
-    (check,) = [msgs for name, msgs in grader.calls if name == "check"]
-    task = check[-1].content
-    assert "[C1] Every employee receives 27 days" in task and "[C2]" not in task  # the intro line is no claim
-    assert "passage of [S1]:" in task and "27 days of paid vacation per calendar year" in task
-
-
-def test_an_answer_about_an_asked_code_that_no_source_names_is_a_not_found_without_revision(
-    make_rag: MakeRag,
-) -> None:
-    question = "How many days of paid vacation does contract type VX-9 get per year?"
-    borrowed = "Contract type VX-9 gets paid vacation. [S1] Every employee receives 27 days of paid vacation. [S1]"
-    generator, grader = llms(generate=borrowed)
-    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
-    res = rag.query(question, user=ALICE)
-    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True
-    assert generator.count("revise") == 0 and grader.count("check") == 0
-    (citations,) = step_data(rag.trace(res.trace_id, ALICE), "citations")
-    assert citations["unnamed"] == ["vx-9"]

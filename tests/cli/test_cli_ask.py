@@ -18,7 +18,7 @@ from enterprise_rag.cli.ask import SAMPLE_CORPUS, demo_questions, show_result
 from enterprise_rag.cli.common import out
 from enterprise_rag.config import load_settings
 from enterprise_rag.testing import ScriptedLLM
-from tests.support.workflow import CHECK_OK, answer_with, grade_yes_if
+from tests.support.workflow import answer_with, grade_yes_if, supported_if_stated
 
 DOC = "---\ntitle: Leave\nallowed_groups: [staff]\n---\n# Leave\n\nStaff get 27 days of annual leave.\n"
 
@@ -31,7 +31,7 @@ def _scripted_rag(fresh_dsn: str, tmp_path: Path, embed_model: Any, name: str = 
     rag = EnterpriseRAG(
         data_dir=tmp_path / "data", settings=load_settings(None, database={"dsn": fresh_dsn}), embed_model=embed_model,
         generator=ScriptedLLM({"generate": answer_with("27 days")}),
-        grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "check": CHECK_OK}),
+        grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "support": supported_if_stated}),
     )  # fmt: skip
     rag.ingest([corpus])
     return rag
@@ -58,7 +58,7 @@ def test_trace_command_shows_own_trace_only(fresh_dsn: str, tmp_path: Path, embe
     config.write_text(yaml.safe_dump({"database": {"dsn": fresh_dsn}}))
     shown = _cli("trace", trace_id, "--user", "ann", config=config)
     assert shown.returncode == 0, shown.stderr
-    for step in ("prepare", "retrieve", "grade", "generate", "citations", "check"):
+    for step in ("prepare", "retrieve", "grade", "generate", "verify", "finish"):
         assert step in shown.stdout
     as_json = _cli("trace", trace_id, "--user", "ann", "--json", config=config)
     assert json.loads(as_json.stdout)["status"] == "done"
@@ -101,7 +101,8 @@ def test_chat_mode_follow_ups_use_the_history(
     rag = EnterpriseRAG(
         data_dir=tmp_path / "data", settings=load_settings(None, database={"dsn": fresh_dsn}), embed_model=embed_model,
         generator=ScriptedLLM({"generate": answer_with("27 days")}),
-        grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "check": CHECK_OK, "standalone": standalone}),
+        grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "support": supported_if_stated,
+                            "standalone": standalone}),
     )  # fmt: skip
     rag.ingest([tmp_path / "leave.md"])
     monkeypatch.setattr(cli_ask, "open_rag", lambda config, data_dir: rag)
@@ -134,11 +135,11 @@ def test_ask_shows_each_step_with_its_seconds_and_the_draft_before_the_checked_a
 
     assert result.exit_code == 0, result.output
     progress = result.stderr.splitlines()
-    for step in ("retrieve", "grade", "generate", "check"):
+    for step in ("retrieve", "grade", "generate", "verify"):
         assert f"  {step} ..." in progress
         assert any(line.startswith(f"  {step} ") and line.endswith(" s") for line in progress)
     draft = next(line for line in progress if line.startswith("  draft, not yet checked: "))
-    assert "27 days" in draft and progress.index(draft) < progress.index("  check ...")
+    assert "27 days" in draft and progress.index(draft) < progress.index("  verify ...")
     assert "27 days" in result.stdout and "draft" not in result.stdout  # stdout: the checked answer only
 
 

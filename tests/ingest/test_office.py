@@ -20,7 +20,8 @@ from pptx.util import Inches
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.errors import IngestError
 from enterprise_rag.ingest.readers import ocr, read_document
-from tests.support.workflow import grade_yes_if, llms, sources_in
+from enterprise_rag.llm import prompts
+from tests.support.workflow import grade_yes_if, llms, reply
 
 STAFF = Principal(user_id="kim", groups=["staff"])
 W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
@@ -159,10 +160,11 @@ def test_corrupt_encrypted_and_legacy_office_files_are_refused_with_the_reason(t
     assert "legacy binary Office file" in reasons["legacy"]
 
 
-def _price_of_4471(messages: list[Any], kwargs: dict[str, Any]) -> str:
-    """The generator's answer: the price from the row of the source holding it, cited."""
-    label = next(label for label, text in sources_in(messages).items() if "4471 | Valve type 71" in text)
-    return f"SKU 4471 (Valve type 71) has a unit price of 45.5. [{label}]"
+def _price_of_4471(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, str]:
+    """The generator's reply: the price written from the listed line (a table row) of SKU 4471."""
+    lines = prompts.listed_lines(messages)
+    number = next(n for n, text in lines.items() if "4471 | Valve type 71" in text)
+    return reply(lines, {number: "SKU 4471 (Valve type 71) has a unit price of 45.5."})
 
 
 def test_a_bad_office_file_fails_alone_and_citations_carry_slide_and_sheet_rows(

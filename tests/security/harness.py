@@ -18,7 +18,6 @@ import contextlib
 import io
 import json
 import random
-import re
 import string
 import threading
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from llama_index.core.schema import NodeWithScore
 
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
+from enterprise_rag.llm import prompts
 from enterprise_rag.principal import storable_name
 from enterprise_rag.retrieval.merging import expand_within_section
 from enterprise_rag.retrieval.retriever import PermissionScopedRetriever
@@ -44,7 +44,7 @@ from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.testing import ScriptedLLM, yes_probability
 from tests.support.acl import CachedQueryEmbedding, RecordingReranker, document_text
 from tests.support.databases import owner_connection
-from tests.support.workflow import CHECK_OK, passage_in, sources_in
+from tests.support.workflow import passage_in, sources_in
 
 # --- hostile alphabets --------------------------------------------------------------------------------
 
@@ -159,26 +159,18 @@ class LeakCorpus:
         return bad
 
 
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if len(s.strip()) > 3]
-
-
 def echo_llms(rewrite_to: str) -> tuple[ScriptedLLM, ScriptedLLM]:
-    """(generator, grader) that pass everything through: every passage graded yes, every source echoed
-    sentence by sentence with its label (so a leaked source would surface in the answer), rewrites
-    that ask for every marker."""
+    """(generator, grader) that pass everything through: all evidence graded yes, every listed line
+    copied as a sentence (so a leaked source would surface in the answer), every sentence judged
+    supported, rewrites that ask for every marker."""
 
-    def grade(messages: list[Any], kwargs: dict[str, Any]) -> Any:
-        return yes_probability(1.0)
+    def echo(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, str]:
+        return {f"L{n}": text for n, text in prompts.listed_lines(messages).items()}
 
-    def echo(messages: list[Any], kwargs: dict[str, Any]) -> str:
-        sources = sources_in(messages)
-        return "\n".join(f"{s} [{label}]" for label, text in sources.items() for s in _sentences(text)) or "none"
-
-    check = CHECK_OK
     generator = ScriptedLLM({"generate": echo, "revise": echo})
     # "standalone": the follow-up rewrite, the same prompt in the workflow and in the retriever
-    tasks = {"grade": grade, "check": check, "standalone": rewrite_to, "rewrite": rewrite_to}
+    tasks = {"grade": yes_probability(1.0), "support": yes_probability(1.0), "standalone": rewrite_to,
+             "rewrite": rewrite_to}  # fmt: skip
     grader = ScriptedLLM(tasks)
     return generator, grader
 
@@ -309,11 +301,11 @@ def run_query(c: LeakCorpus, p: Principal, q: str) -> QueryProbe:
     bad += sum(1 for cit in res.citations if cit.kind == "corpus" and c.key_of.get(cit.document_id) not in allowed)
     bad += c.leaked_texts(p, [cit.quote for cit in res.citations])
     bad += c.leaked_texts(p, [json.dumps(s, default=str) for s in res.sources])
-    prompts = generator.calls[before[0] :] + grader.calls[before[1] :]  # type: ignore[attr-defined]
-    for name, messages in prompts:
+    calls = generator.calls[before[0] :] + grader.calls[before[1] :]  # type: ignore[attr-defined]
+    for name, messages in calls:
         if name == "grade":
             bad += c.leaked_texts(p, [passage_in(messages)])
-        elif name in ("generate", "revise", "check"):
+        if name in ("grade", "generate", "revise", "support"):  # each holds the sources in its system message
             bad += c.leaked_texts(p, list(sources_in(messages).values()))
     return QueryProbe(bad, res.trace_id)
 
@@ -356,7 +348,7 @@ def web_rag(c: LeakCorpus, data_dir: Path, egress_groups: list[str]) -> Enterpri
     """A second instance on the same store: Tavily fallback for ``egress_groups``, every passage graded no."""
     generator, _ = echo_llms(c.question_all)
     no = {"grade": yes_probability(0.0),
-          "check": CHECK_OK,
+          "support": yes_probability(1.0),
           "rewrite": "leave policy", "standalone": "leave policy"}  # fmt: skip
     dsn = c.rag.settings.database.dsn
     assert dsn is not None

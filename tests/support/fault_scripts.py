@@ -44,14 +44,14 @@ def ingest(dsn: str, folder: str) -> None:
 
 
 def query(dsn: str, marker: str) -> None:
-    from tests.support.workflow import ALICE, QUESTION, llms
+    from tests.support.workflow import ALICE, QUESTION, RESTATED, llms, writes
 
     def block_in_check(messages: list[Any], kwargs: dict[str, Any]) -> Any:
         Path(marker).write_text("in check")
         while True:
             time.sleep(1)
 
-    generator, grader = llms(check=block_in_check)
+    generator, grader = llms(generate=writes(RESTATED), support=block_in_check)
     _rag(dsn, generator=generator, grader=grader).query(QUESTION, user=ALICE)
 
 

@@ -10,8 +10,8 @@ from typing import Any
 from enterprise_rag import Principal
 from enterprise_rag.config import WorkflowSettings
 from enterprise_rag.llm import prompts
-from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.testing import ScriptedLLM, TokenProbabilities, yes_probability
+from enterprise_rag.text import terms
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
 
@@ -20,6 +20,10 @@ QUESTION = "How many days of paid vacation does an employee get per year?"
 
 
 FACT = "27 days"
+
+
+# The vacation fact restated, not copied word for word from its line: a sentence the support judge is asked about.
+RESTATED = "An employee receives 27 days of paid vacation per calendar year."
 
 
 DOCS = {
@@ -37,12 +41,12 @@ Handler = Callable[[list[Any], dict[str, Any]], Any]
 
 # ---- reading the prompts ----------------------------------------------------------------------------------
 def passage_in(messages: list[Any]) -> str:
-    """The source a 'grade' prompt asks about."""
-    return prompts.graded_source(messages)
+    """The evidence a 'grade' prompt asks about (a line or a list, under its heading)."""
+    return prompts.graded_line(messages)
 
 
 def sources_in(messages: list[Any]) -> dict[str, str]:
-    """The numbered sources of a generate / revise / check prompt, by label (S1..Sn)."""
+    """The numbered sources of a prompt's system message, by label (S1..Sn)."""
     return prompts.sources_of(messages[0].content)
 
 
@@ -55,7 +59,7 @@ def sentence_with(text: str, keyword: str) -> str:
 
 # ---- scripted handlers ------------------------------------------------------------------------------------
 def grade_yes_if(keyword: str) -> Handler:
-    """A certain 'yes' (p(yes) = 1) for a passage containing ``keyword``, else a certain 'no'."""
+    """A certain 'yes' (p(yes) = 1) for evidence containing ``keyword``, else a certain 'no'."""
 
     def handler(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
         return yes_probability(1.0 if keyword.lower() in passage_in(messages).lower() else 0.0)
@@ -64,7 +68,7 @@ def grade_yes_if(keyword: str) -> Handler:
 
 
 def grade_all(p_yes: float) -> Handler:
-    """Every passage gets the same p(yes)."""
+    """Every unit of evidence gets the same p(yes)."""
 
     def handler(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
         return yes_probability(p_yes)
@@ -77,32 +81,52 @@ GRADE_NO = grade_all(0.0)
 GRADE_PARTIAL = grade_all(sum(WorkflowSettings().grade_thresholds_fallback) / 2)
 
 
+def reply(lines: dict[int, str], written: dict[int, str]) -> dict[str, str]:
+    """A generator reply to a prompt listing ``lines``: the sentence ``written`` from each line, "" for the rest."""
+    return {f"L{n}": written.get(n, "") for n in lines}
+
+
 def answer_with(keyword: str) -> Handler:
-    """Answer with the sentence of the first source holding ``keyword``, cited; else the not-found reply."""
+    """The sentence of the first listed line holding ``keyword``, copied from it; else a refusal in the first
+    line's place (a generator with no refusal option still writes one)."""
 
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> str:
-        for label, text in sources_in(messages).items():
-            if keyword.lower() in text.lower():
-                return f"{sentence_with(text, keyword)}. [{label}]"
-        return NOT_FOUND_ANSWER
-
-    return handler
-
-
-def claim_ids(kwargs: dict[str, Any]) -> list[str]:
-    """The claim ids a 'check' call must give a verdict for (from its JSON schema)."""
-    required = kwargs["response_format"]["json_schema"]["schema"]["required"]
-    return [r for r in required if r != "answers_question"]
-
-
-def check_reply(supported: bool = True, answers: bool = True) -> Handler:
-    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {**{cid: {"supported": supported} for cid in claim_ids(kwargs)}, "answers_question": answers}
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, str]:
+        lines = prompts.listed_lines(messages)
+        number = next((n for n, text in lines.items() if keyword.lower() in text.lower()), None)
+        if number is None:
+            return reply(lines, {next(iter(lines)): REFUSAL})
+        return reply(lines, {number: f"{sentence_with(lines[number], keyword)}."})
 
     return handler
 
 
-CHECK_OK = check_reply()
+REFUSAL = "I could not find this information in the documents."
+
+
+def writes(*texts: str) -> Handler:
+    """The given texts as the sentences of the listed lines, in order (one line each)."""
+
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> dict[str, str]:
+        lines = prompts.listed_lines(messages)
+        assert len(texts) <= len(lines), f"{len(texts)} sentences for the lines {lines}"
+        return reply(lines, dict(zip(lines, texts, strict=False)))
+
+    return handler
+
+
+def supported_if_stated(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
+    """A judge that says yes when every content word of the statement is in its lines."""
+    statement = prompts.statement_of(messages)
+    lines = " ".join(prompts.listed_lines(messages).values())
+    wanted = set(terms(statement))
+    return yes_probability(1.0 if wanted and wanted <= set(terms(lines)) else 0.0)
+
+
+def support_all(p_yes: float) -> Handler:
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
+        return yes_probability(p_yes)
+
+    return handler
 
 
 def must_not_run(name: str) -> Handler:
@@ -121,11 +145,11 @@ def write_docs(folder: Path, docs: dict[str, str]) -> Path:
 
 
 def llms(
-    grade: Any = None, generate: Any = None, check: Any = CHECK_OK, **more: Any
+    grade: Any = None, generate: Any = None, support: Any = supported_if_stated, **more: Any
 ) -> tuple[ScriptedLLM, ScriptedLLM]:
     """(generator, grader) with the usual handlers; ``more`` adds grader tasks (rewrite, standalone) and revise."""
     generate = generate or answer_with(FACT)
-    gen_handlers = {"generate": generate, "revise": more.pop("revise", answer_with(FACT))}
-    grader_handlers = {"grade": grade or grade_yes_if(FACT), "check": check,
+    gen_handlers = {"generate": generate, "revise": more.pop("revise", generate)}
+    grader_handlers = {"grade": grade or grade_yes_if(FACT), "support": support,
                        "rewrite": "paid vacation days per calendar year", **more}  # fmt: skip
     return ScriptedLLM(gen_handlers), ScriptedLLM(grader_handlers)

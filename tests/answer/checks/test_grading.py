@@ -1,4 +1,4 @@
-"""Relevance grading from the grader model's probability of "yes", over generation's own prefix.
+"""Evidence grading from the grader model's probability of "yes" for each quoted unit, over generation's prefix.
 
 The grader runs on the real embedded PostgreSQL (its grade cache); only the
 grader LLM is a :class:`ScriptedLLM` that records each prompt and returns
@@ -19,6 +19,7 @@ import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from enterprise_rag import EnterpriseRAG
+from enterprise_rag.answer.checks.candidates import Evidence
 from enterprise_rag.answer.checks.grading import Grade, Grader, label
 from enterprise_rag.config import FITTED_GRADE_THRESHOLDS, WorkflowSettings, load_settings
 from enterprise_rag.errors import LLMError
@@ -26,8 +27,9 @@ from enterprise_rag.llm import prompts, untrusted
 from enterprise_rag.llm.caller import LLMCaller, top_logprobs_of, yes_share
 from enterprise_rag.retrieval.windows import focus
 from enterprise_rag.schema.sources import Source
+from enterprise_rag.schema.spans import number_spans
 from enterprise_rag.testing import ScriptedLLM, TokenProbabilities, yes_probability
-from tests.support.workflow import ALICE, CHECK_OK, DOCS, llms, passage_in, write_docs
+from tests.support.workflow import ALICE, DOCS, llms, passage_in, write_docs
 from tests.support.workflow import QUESTION as VACATION_QUESTION
 
 QUESTION = "Above what amount do I need to attach an itemised receipt to an expense claim?"
@@ -67,6 +69,15 @@ def sources_of(passages: dict[str, str], breadcrumb: str = "") -> list[Source]:
             for i, (key, text) in enumerate(passages.items(), 1)]  # fmt: skip
 
 
+def units_of(sources: list[Source]) -> list[Evidence]:
+    """One unit per span of ``sources``."""
+    return [Evidence((span,)) for span in number_spans([(x.label, x.text) for x in sources])]
+
+
+def grade(grader: Grader, question: str, sources: list[Source]) -> list[Grade]:
+    return grader.grade_units(question, sources, units_of(sources))
+
+
 def nodes_of(passages: dict[str, str], **metadata: Any) -> list[NodeWithScore]:
     return [NodeWithScore(node=TextNode(id_=k, text=v, metadata=dict(metadata)), score=1.0)
             for k, v in passages.items()]  # fmt: skip
@@ -97,53 +108,40 @@ def test_thresholds_map_p_yes_to_yes_partial_and_no() -> None:
 
 def test_a_grade_carries_its_probability_as_confidence(rag: EnterpriseRAG) -> None:
     grader, llm = grader_with(rag, yes_probability(0.83))
-    (grade,) = grader.grade(QUESTION, sources_of({"a": "Receipts over $25 are itemised."}))
-    assert grade == Grade("a", "yes", "p(yes)=0.83", pytest.approx(0.83), "llm")
+    (graded,) = grade(grader, QUESTION, sources_of({"a": "Receipts over $25 are itemised."}))
+    assert graded == Grade("Receipts over $25 are itemised.", "yes", "p(yes)=0.83", pytest.approx(0.83), "llm")
     task = llm.calls[0][1][-1].content
-    assert QUESTION in task and "[S1]" in task and "<<<" not in task  # the sources are in the prefix, not here
+    assert QUESTION in task and "Receipts over $25 are itemised." in task  # the unit is quoted in the task
+    assert "<<<" not in task  # the sources are in the prefix, not here
 
 
-def test_every_grade_call_starts_with_the_generation_prefix_and_names_its_source(rag: EnterpriseRAG) -> None:
-    """Grading, generation and the checks share one byte-identical system message: the sources are read once."""
+def test_every_grade_call_starts_with_the_generation_prefix_and_quotes_its_unit(rag: EnterpriseRAG) -> None:
+    """Grading, generation and the judge share one byte-identical system message: the sources are read once."""
     sources = sources_of({"a": "First passage.", "b": "Second passage."})
     grader, llm = grader_with(rag, yes_probability(0.5))
-    grader.grade(QUESTION, sources)
-    generation_prefix = prompts.generate_messages(sources, QUESTION)[0].content
+    grade(grader, QUESTION, sources)
+    generation_prefix = prompts.answer_messages(sources, QUESTION, [])[0].content
     assert [messages[0].content for _, messages in llm.calls] == [generation_prefix] * 2
-    assert [prompts.graded_source(messages) for _, messages in llm.calls] == ["First passage.", "Second passage."]
+    assert [prompts.graded_line(messages) for _, messages in llm.calls] == ["First passage.", "Second passage."]
 
 
-def test_grade_best_asks_over_the_set_generation_would_read_with_earlier_kept_passages(rag: EnterpriseRAG) -> None:
-    """A passage kept in an earlier round holds its place; each call's prefix is the best ``limit`` passages
-    not yet graded no, so the last one is the kept set, and passages that cannot enter it are never asked."""
-    texts = {"k": "Kept earlier: relevant.", "a": "Passage a: off topic.", "b": "Passage b: relevant.",
-             "c": "Passage c: relevant.", "d": "Passage d: relevant."}  # fmt: skip
-
-    def relevant(messages: list[Any], kwargs: dict[str, Any]) -> Any:
-        return yes_probability(1.0 if "relevant" in prompts.graded_source(messages) else 0.0)
-
-    def sources_for(group: list[NodeWithScore]) -> list[Source]:
-        return sources_of({n.node.node_id: n.node.get_content() for n in group})
-
-    grader, llm = grader_with(rag, relevant)
-    grader.grade(QUESTION, sources_of({"k": texts["k"]}))  # the earlier round: cached
-    carried, *nodes = [NodeWithScore(node=TextNode(id_=k, text=v), score=s)
-                       for (k, v), s in zip(texts.items(), (0.9, 0.8, 0.7, 0.6, 0.5), strict=True)]  # fmt: skip
-    grades = grader.grade_best(QUESTION, nodes, 2, sources_for, [carried])
-
-    assert [(g.node_id, g.grade) for g in grades] == [("a", "no"), ("b", "yes")]
-    asked = llm.calls[1:]
-    assert [prompts.graded_source(messages) for _, messages in asked] == [texts["a"], texts["b"]]
-    kept_prefix = prompts.generate_messages(sources_of({"k": texts["k"], "b": texts["b"]}), QUESTION)[0].content
-    assert [messages[0].content for _, messages in asked][-1] == kept_prefix
+def test_a_passage_takes_the_grade_of_its_best_unit_and_one_never_asked_about_is_no(rag: EnterpriseRAG) -> None:
+    sources = sources_of({"a": "Receipts over $25 are itemised. Parking is free.", "b": "Lunch is at noon."})
+    grader, _ = grader_with(rag, lambda m, k: yes_probability(0.9 if "$25" in passage_in(m) else 0.1))
+    units = units_of(sources)[:2]  # the units of source a only
+    graded = grader.grade_units(QUESTION, sources, units)
+    passages = grader.passage_grades(sources, units, graded)
+    assert [(g.node_id, g.grade, g.method) for g in passages] == [("a", "yes", "llm"), ("b", "no", "unasked")]
 
 
-def test_web_sources_are_in_the_prefix_but_not_graded(rag: EnterpriseRAG) -> None:
+def test_web_sources_are_graded_as_evidence_but_have_no_passage_grade(rag: EnterpriseRAG) -> None:
     web = Source(label="S2", text="A web page.", source="https://example.com", page=None, title="Web",
                  breadcrumb="Web", effective_date=None, status="current", document_id="w", kind="web")  # fmt: skip
+    sources = [*sources_of({"a": "Receipts over $25 are itemised."}), web]
     grader, llm = grader_with(rag, yes_probability(0.9))
-    grades = grader.grade(QUESTION, [*sources_of({"a": "Receipts over $25 are itemised."}), web])
-    assert [g.node_id for g in grades] == ["a"] and len(llm.calls) == 1
+    graded = grade(grader, QUESTION, sources)
+    assert len(graded) == 2 and len(llm.calls) == 2
+    assert [g.node_id for g in grader.passage_grades(sources, units_of(sources), graded)] == ["a"]
 
 
 # ---- nothing overrules the grader ----------------------------------------------------------------------------
@@ -160,8 +158,11 @@ def test_an_all_caps_question_gets_the_same_grades(rag: EnterpriseRAG) -> None:
         rag, lambda m, k: yes_probability(next(v for key, v in p.items() if passages[key] in passage_in(m)))
     )
     question = "How do I set up the VPN on my new laptop?"
-    lower = grader.grade(question, sources_of(passages, breadcrumb="VPN Setup Guide"))
-    upper = grader.grade(question.upper(), sources_of(passages, breadcrumb="VPN Setup Guide"))
+    sources = sources_of(passages, breadcrumb="VPN Setup Guide")
+    spans = number_spans([(y.label, y.text) for y in sources])
+    units = [Evidence(tuple(x for x in spans if x.label == y.label)) for y in sources]  # one unit per passage
+    lower = grader.grade_units(question, sources, units)
+    upper = grader.grade_units(question.upper(), sources, units)
     assert [(g.grade, g.method) for g in lower] == [("no", "llm"), ("no", "llm"), ("partial", "llm")]
     assert [(g.grade, g.confidence, g.method) for g in upper] == [(g.grade, g.confidence, g.method) for g in lower]
     assert len(llm.calls) == 6  # both were asked: the capitals question is not served from the cache
@@ -176,8 +177,8 @@ def test_a_no_on_a_passage_headed_by_the_questions_identifier_stays_no(rag: Ente
     sources = sources_of(passages)
     sources[1] = replace(sources[1], breadcrumb="Error Codes > E-4120 - Daily transfer limit exceeded")
     grader, _ = grader_with(rag, yes_probability(0.03))
-    grades = grader.grade(question, sources)
-    assert [(g.grade, g.method, g.reason) for g in grades] == [("no", "llm", "p(yes)=0.03")] * 2
+    grades = grade(grader, question, sources)
+    assert [(g.grade, g.method, g.reason) for g in grades] == [("no", "llm", "p(yes)=0.03")] * 3
 
 
 def test_the_floor_rejects_without_a_call_and_none_means_no_floor(rag: EnterpriseRAG) -> None:
@@ -196,20 +197,20 @@ def test_the_floor_rejects_without_a_call_and_none_means_no_floor(rag: Enterpris
 def test_cached_probabilities_are_labelled_with_the_current_thresholds(rag: EnterpriseRAG) -> None:
     sources = sources_of({"a": "Receipts over $25 are itemised."})
     first, _ = grader_with(rag, yes_probability(0.5), thresholds=(0.2, 0.4))
-    assert first.grade(QUESTION, sources)[0].grade == "yes"
+    assert grade(first, QUESTION, sources)[0].grade == "yes"
     second, llm = grader_with(rag, yes_probability(0.99), thresholds=(0.2, 0.6))
-    (grade,) = second.grade(QUESTION, sources)
-    assert (grade.grade, grade.method, grade.confidence) == ("partial", "cache", 0.5) and llm.calls == []
+    (graded,) = grade(second, QUESTION, sources)
+    assert (graded.grade, graded.method, graded.confidence) == ("partial", "cache", 0.5) and llm.calls == []
 
 
 def test_the_cache_outlives_the_process_key_of_the_data_block_ids(rag: EnterpriseRAG, monkeypatch: Any) -> None:
     """The grade prompt's block id changes with each process's random key; the cache key must not."""
     sources = sources_of({"a": "Receipts over $25 are itemised."})
     first, _ = grader_with(rag, yes_probability(0.9))
-    first.grade(QUESTION, sources)
+    grade(first, QUESTION, sources)
     monkeypatch.setattr(untrusted, "_KEY", b"another process")
     second, llm = grader_with(rag, yes_probability(0.1))
-    assert second.grade(QUESTION, sources)[0].method == "cache" and llm.calls == []
+    assert grade(second, QUESTION, sources)[0].method == "cache" and llm.calls == []
 
 
 # ---- fail-open -----------------------------------------------------------------------------------------------
@@ -217,9 +218,9 @@ def test_a_reply_without_yes_or_no_among_its_top_tokens_is_ungraded_and_not_cach
     grader, llm = grader_with(rag, TokenProbabilities({"Maybe": 0.7, "The": 0.3}))
     sources = sources_of({"a": "Receipts over $25 are itemised."})
     for _ in range(2):
-        (grade,) = grader.grade(QUESTION, sources)
-        assert (grade.grade, grade.method, grade.confidence) == ("ungraded", "fail-open", 0.0)
-    assert len(llm.calls) == 2  # asked again: an ungraded passage is not cached
+        (graded,) = grade(grader, QUESTION, sources)
+        assert (graded.grade, graded.method, graded.confidence) == ("ungraded", "fail-open", 0.0)
+    assert len(llm.calls) == 2  # asked again: an ungraded unit is not cached
 
 
 def test_a_failing_grader_leaves_every_passage_ungraded_after_one_calls_retries(rag: EnterpriseRAG) -> None:
@@ -227,9 +228,9 @@ def test_a_failing_grader_leaves_every_passage_ungraded_after_one_calls_retries(
         raise LLMError("503 Service Unavailable")
 
     grader, llm = grader_with(rag, down, max_retries=1)
-    grades = grader.grade(QUESTION, sources_of({"a": "One.", "b": "Two.", "c": "Three."}))
+    grades = grade(grader, QUESTION, sources_of({"a": "One.", "b": "Two.", "c": "Three."}))
     assert [(g.grade, g.method) for g in grades] == [("ungraded", "fail-open")] * 3
-    assert len(llm.calls) == 2  # the first passage's call and its retry; the rest are not asked
+    assert len(llm.calls) == 2  # the first unit's call and its retry; the rest are not asked
 
 
 # ---- thresholds per grader model, floor per embedding model, from the settings -----------------------------
@@ -251,7 +252,7 @@ def test_a_query_grades_with_the_thresholds_of_its_grader_model(
     fresh_dsn: str, tmp_path: Path, embed_model: Any, model: str, expected: str
 ) -> None:
     generator, _ = llms()
-    handlers = {"grade": yes_probability(0.45), "rewrite": "paid vacation", "check": CHECK_OK}
+    handlers = {"grade": yes_probability(0.45), "rewrite": "paid vacation", "support": yes_probability(1.0)}
     grader = ScriptedLLM(handlers, model_name=model)
     settings = load_settings(None, database={"dsn": fresh_dsn}, workflow={
         "max_query_rewrites": 0, "grade_thresholds": {"grader-a": (0.3, 0.7)}, "grade_thresholds_fallback": (0.5, 0.9),
@@ -263,9 +264,7 @@ def test_a_query_grades_with_the_thresholds_of_its_grader_model(
         res = rag.query(VACATION_QUESTION, user=ALICE)
         trace = rag.trace(res.trace_id, ALICE)
         assert trace is not None
-        grades = [g for s in trace["steps"] if s["step"] == "grade" for g in s["data"]["grades"]]
-        asked = [g for g in grades if g["method"] == "llm"]
-        assert asked and {g["grade"] for g in asked} == {expected}
-        assert all(g["method"] in ("llm", "floor") for g in grades)  # the local MiniLM's floor applies
+        evidence = [e for s in trace["steps"] if s["step"] == "grade" for e in s["data"]["evidence"]]
+        assert evidence and {label for _, label, _, method in evidence if method == "llm"} == {expected}
     finally:
         rag.close()
