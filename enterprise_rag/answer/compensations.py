@@ -2,7 +2,7 @@
 
 An aid is code that stands in for a judgement the model makes badly. Each one is kept only where the
 development figures per failure type show that it helps overall and hurts no type (see
-``docs/answers.md``); the names of those switched on by default are :data:`DEFAULT`.
+``docs/answers.md``); the default list of the setting names those switched on.
 
 ``question_codes``: a question that names an identifier (a token mixing letters and digits, such as a
 product, error or station code) is about that one thing. When no source the user may read names it,
@@ -23,7 +23,6 @@ from enterprise_rag.text import identifiers
 
 QUESTION_CODES = "question_codes"
 AVAILABLE = (QUESTION_CODES,)
-DEFAULT = (QUESTION_CODES,)
 _LETTERS_NUMBER = re.compile(r"^([a-z]+)[-\s]?(\d+)$")
 
 
