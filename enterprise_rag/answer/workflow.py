@@ -37,17 +37,13 @@ from llama_index.core.schema import NodeWithScore
 from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 
+from enterprise_rag.answer.assembly import assemble
 from enterprise_rag.answer.checks.decision import DecisionResult, decide
-from enterprise_rag.answer.checks.draft import Draft, Sentence, draft_text, quoting
+from enterprise_rag.answer.checks.draft import Draft, Sentence, draft_text
 from enterprise_rag.answer.checks.grading import Grader
-from enterprise_rag.answer.checks.parts import answered_parts, question_parts
+from enterprise_rag.answer.checks.parts import question_parts
 from enterprise_rag.answer.checks.support import Judge, usefulness, verdict
-from enterprise_rag.answer.checks.verification import (
-    check_values,
-    copies_its_spans,
-    numbers_left_out,
-    states_nothing,
-)
+from enterprise_rag.answer.checks.verification import check_values, copies_its_spans, states_nothing
 from enterprise_rag.answer.compensations import AVAILABLE, QUESTION_CODES, unnamed_question_codes
 from enterprise_rag.answer.events import (
     Ask,
@@ -381,7 +377,8 @@ class AnswerWorkflow(Workflow):
     async def finish(self, ctx: Context[RunState], ev: Verified) -> Rewrite | WebFallback | StopEvent:
         t0 = _begin(ctx, "finish")
         async with ctx.store.edit_state() as s:
-            draft = self._assemble(s)
+            fallback = [sp for u in s.chosen for sp in u.spans] if s.strong else []
+            draft = assemble(s.verified, fallback, s.parts, s.dropped)
             if draft is None:
                 _record(ctx, s, "finish", t0, verified=0, dropped=s.dropped)
                 return self._found_nothing(s, "no sentence written from the evidence verified")
@@ -395,24 +392,6 @@ class AnswerWorkflow(Workflow):
             s.draft = draft
             return self._done(s, draft.render())
 
-    def _assemble(self, s: RunState) -> Draft | None:
-        """The answer of the verified sentences. With strong evidence and no verified sentence, the chosen
-        evidence quoted; a question part nothing answers is named as missing. None: nothing to answer with."""
-        stated = [x for x in s.verified if not states_nothing(x.text)]
-        lossy = [x for x in stated if numbers_left_out(x)]  # shown as their spans, whose figures they lost
-        quoted = {sp for x in lossy for sp in x.spans}
-        if not stated:
-            if not s.strong:
-                return None
-            quoted = {sp for u in s.chosen for sp in u.spans}
-        kept = [x for x in s.verified if x not in lossy]
-        texts = [t for x in kept for t in (x.text, *(sp.with_context() for sp in x.spans))]
-        texts += [sp.with_context() for sp in quoted]
-        missing = [p for p, ok in zip(s.parts, answered_parts(s.parts, texts), strict=True) if not ok]
-        sentences = _with_connectors(kept) if any(not states_nothing(x.text) for x in kept) else []
-        return Draft(tuple(sentences), quoting(sorted(quoted, key=lambda sp: sp.number)), tuple(missing),
-                     tuple(s.dropped))  # fmt: skip
-
     def _found_nothing(self, s: RunState, reason: str) -> Rewrite | WebFallback | StopEvent:
         """No answer in the current sources: rewrite and retrieve again, then the web, then not found."""
         if s.basis not in s.not_found_from:
@@ -424,13 +403,3 @@ class AnswerWorkflow(Workflow):
         if self._egress_allows(s.run.principal) and not s.web_tried:
             return WebFallback(reason=reason)
         return self._done(s, NOT_FOUND_ANSWER, not_found=True)
-
-
-def _with_connectors(sentences: list[Sentence]) -> list[Sentence]:
-    """``sentences`` without connecting lines that introduce nothing (none of the stated sentences after them)."""
-    out: list[Sentence] = []
-    for i, sentence in enumerate(sentences):
-        if states_nothing(sentence.text) and not any(not states_nothing(x.text) for x in sentences[i + 1 :]):
-            continue
-        out.append(sentence)
-    return out
