@@ -27,6 +27,10 @@ cache; "once" means every later call reused at least 90%.
 (grading is measured by benchmarks/grading.py). ``--speculative`` replays every question's final generation
 prompt on fresh engines of the same model without and with llama.cpp's n-gram (prompt lookup)
 speculative decoding, at temperature 0: tokens/s (median) and how many answers come out identical.
+``--oracle`` measures the ceiling of the answer layer: each answerable case is asked by a user who may read
+only its gold documents (those its ``cites_sources_any`` / ``retrieved_sources_any`` name, ingested again for
+that user alone), so a case that fails here fails in evidence or generation, not in finding the documents;
+cases without gold documents (not-found, forbidden) are left out.
 ``--calls FILE`` appends, per question, its steps and LLM calls (tokens, milliseconds) as JSON lines.
 
     .venv/bin/python benchmarks/answer.py [--suite ../shared/scenarios-dev] [--limit N] [--cases id1,id2]
@@ -38,6 +42,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import time
@@ -60,7 +65,7 @@ from enterprise_rag.store.embedded import start_embedded, stop_embedded
 from enterprise_rag.text import terms
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for the suite's matching rules
-from tests.support.scenario_matching import answer_failures, is_not_found  # noqa: E402
+from tests.support.scenario_matching import answer_failures, is_not_found, source_matches  # noqa: E402
 
 
 def path_of(pipeline: dict[str, Any]) -> str:
@@ -255,6 +260,37 @@ def type_table(rows: list[dict[str, Any]]) -> None:
               f"{ratio(quotes, cites):>10} {ratio(nums_found, nums):>9}")  # fmt: skip
 
 
+def gold_documents(case: dict[str, Any], documents: list[dict[str, Any]]) -> list[str]:
+    """The suite paths of the documents a case's expectations name as where its answer is."""
+    expect = case["expect"]
+    named = [*expect.get("cites_sources_any", []), *expect.get("retrieved_sources_any", [])]
+    return [d["path"] for d in documents if source_matches(d["path"], named)]
+
+
+def ingest_oracle(rag: EnterpriseRAG, suite: Path, cases: list[dict[str, Any]], folder: Path) -> dict[str, Principal]:
+    """Each case's gold documents copied under ``folder/<case id>/`` (keeping their suite paths, so citations
+    match as before) and ingested readable by that case's oracle user alone; case id -> that user."""
+    users, documents = {}, suite_documents(suite)
+    for case in cases:
+        gold = gold_documents(case, documents)
+        if not gold:
+            continue
+        for path in gold:
+            target = folder / case["id"] / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(suite / path, target)
+        user = Principal(f"oracle-{case['id']}", [])
+        report = rag.ingest([folder / case["id"]], allowed_users=[user.user_id])
+        if report.failed:
+            raise SystemExit(f"ingest failed: {report.failed}")
+        users[case["id"]] = user
+    return users
+
+
+def suite_documents(suite: Path) -> list[dict[str, Any]]:
+    return list(yaml.safe_load((suite / "scenarios.yaml").read_text())["documents"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--suite", type=Path, default=SHARED / "scenarios", help="folder with scenarios.yaml")
@@ -264,6 +300,7 @@ def main() -> None:
     parser.add_argument("--comparisons", action="store_true", help="also time prefix reuse")
     parser.add_argument("--sample", type=int, default=4, help="questions for the prefix comparison")
     parser.add_argument("--speculative", action="store_true", help="also compare n-gram speculative decoding")
+    parser.add_argument("--oracle", action="store_true", help="ask each case over its gold documents alone")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor (pass rates and tokens only)")
     parser.add_argument("--calls", type=Path, default=None, help="append each question's steps and LLM calls "
                         "(tokens, ms) to this JSON-lines file")  # fmt: skip
@@ -279,10 +316,15 @@ def main() -> None:
         dsn = fresh_database(server, "bench_answer")
         settings = load_settings(args.config, database={"dsn": dsn})
         rag = EnterpriseRAG(data_dir=server_dir / "data", settings=settings)
-        for doc in suite["documents"]:
-            report = rag.ingest([args.suite / doc["path"]], allowed_groups=doc["allowed_groups"])
-            if report.failed:
-                raise SystemExit(f"ingest failed: {report.failed}")
+        oracle: dict[str, Principal] = {}
+        if args.oracle:
+            oracle = ingest_oracle(rag, args.suite, cases, server_dir / "oracle")
+            cases = [c for c in cases if c["id"] in oracle]
+        else:
+            for doc in suite["documents"]:
+                report = rag.ingest([args.suite / doc["path"]], allowed_groups=doc["allowed_groups"])
+                if report.failed:
+                    raise SystemExit(f"ingest failed: {report.failed}")
         rag.providers.generator.complete("Say OK.", max_tokens=2)  # load the model before timing
         by_path: dict[str, list[dict[str, Any]]] = defaultdict(list)
         seconds: list[float] = []
@@ -290,9 +332,10 @@ def main() -> None:
         reuse: dict[str, list[float]] = defaultdict(list)  # path -> least prefix share reused per question
         final_prompts: list[list[dict[str, str]]] = []
         rows: list[dict[str, Any]] = []
-        print(f"suite {args.suite} ({suite.get('suite', '')}): {len(cases)} answer cases", flush=True)
+        print(f"suite {args.suite} ({suite.get('suite', '')}): {len(cases)} answer cases"
+              f"{' over their gold documents alone (oracle)' if args.oracle else ''}", flush=True)  # fmt: skip
         for case in cases:
-            user = Principal(case["user"]["user_id"], case["user"]["groups"])
+            user = oracle.get(case["id"]) or Principal(case["user"]["user_id"], case["user"]["groups"])
             t0 = time.perf_counter()
             res = rag.query(case["question"], user=user, history=case.get("history") or None)
             seconds.append(time.perf_counter() - t0)
