@@ -31,7 +31,8 @@ speculative decoding, at temperature 0: tokens/s (median) and how many answers c
 only its gold documents (those its ``cites_sources_any`` / ``retrieved_sources_any`` name, ingested again for
 that user alone), so a case that fails here fails in evidence or generation, not in finding the documents;
 cases without gold documents (not-found, forbidden) are left out.
-``--calls FILE`` appends, per question, its steps and LLM calls (tokens, milliseconds) as JSON lines.
+``--calls FILE`` appends, per question, its steps, LLM calls (tokens, milliseconds), each sentence's verification
+(text, the judge's p(yes) or none, the reason it failed in code), whether it passed and its answer, as JSON lines.
 
     .venv/bin/python benchmarks/answer.py [--suite ../shared/scenarios-dev] [--limit N] [--cases id1,id2]
 """
@@ -350,15 +351,19 @@ def main() -> None:
             if floor is not None:
                 floors.append((seconds[-1], floor))
             by_path[path_of(p)].append(p)
+            failures = answer_failures(case, res.answer, p, [c.source for c in res.citations])
             if args.calls is not None:
                 with args.calls.open("a") as out:
                     out.write(json.dumps({
                         "id": case["id"], "seconds": round(seconds[-1], 1), "floor": floor,
                         "steps": [(st["step"], st["ms"]) for st in trace.get("steps", [])],
+                        "judged": [j for st in trace.get("steps", []) if st["step"] == "verify"
+                                   for j in st["data"].get("judged", [])],
+                        "ok": not failures,
+                        "answer": res.answer,
                         "calls": [{k: c[k] for k in ("name", "prompt_tokens", "cached_tokens", "completion_tokens",
                                                      "ms")} for c in trace["llm_calls"]],
                     }) + "\n")  # fmt: skip
-            failures = answer_failures(case, res.answer, p, [c.source for c in res.citations])
             expects_not_found = bool(case["expect"].get("not_found"))
             not_found = is_not_found(res.answer, p)
             rows.append({

@@ -216,30 +216,32 @@ def code_changed(text: str, other_codes: list[str], rng: random.Random) -> str |
 
 
 def candidates(docs: list[Document], rng: random.Random) -> Iterator[tuple[str, str, Source, tuple[Span, ...]]]:
-    """(family, claim text, source, spans it rests on) for every claim the documents allow, in random order."""
-    out = []
+    """(family, claim text, source, spans it rests on) for every claim the documents allow, chunk by chunk in
+    random order (claims of one chunk together, so the judge's calls share their prefix)."""
+    out: list[list[tuple[str, str, Source, tuple[Span, ...]]]] = []
     for doc in docs:
         other_words = sorted({t for d in docs if d is not doc for s, _ in d.sources for t in terms(s.text)
                               if len(t) >= 4 and t.isalpha()})  # fmt: skip
         other_codes = sorted({c for d in docs if d is not doc for s, _ in d.sources for c in codes(s.text)})
         for source, spans in doc.sources:
+            out.append(chunk := [])
             rows = [s for s in spans if s.kind == "row"]
             for span in spans:
                 text = _plain(span)
                 if span.kind == "row":
                     if (claim := restated(span)) is not None:
-                        out.append(("row restated", claim, source, (span,)))
+                        chunk.append(("row restated", claim, source, (span,)))
                         for other in rows:
                             if other.context == span.context and other.number != span.number:
                                 other_claim = restated(other)
                                 if other_claim and other_claim != claim:
-                                    out.append(("other row", other_claim, source, (span,)))
+                                    chunk.append(("other row", other_claim, source, (span,)))
                                     break
                     continue
                 if span.kind not in ("sentence", "item") or len(terms(text)) < 3:
                     continue
                 if span.kind == "sentence" and text[0].isupper() and text.endswith((".", "!", "?")):
-                    out.append(("sentence framed", f"The document states that {_lower_first(text)}", source, (span,)))
+                    chunk.append(("sentence framed", f"The document states that {_lower_first(text)}", source, (span,)))
                 for family, changed in (
                     ("negation", negated(text)),
                     ("subject swap", subject_swapped(text, other_words, rng)),
@@ -249,9 +251,10 @@ def candidates(docs: list[Document], rng: random.Random) -> Iterator[tuple[str, 
                     ("other code", code_changed(text, other_codes, rng)),
                 ):
                     if changed is not None and changed != text:
-                        out.append((family, changed, source, (span,)))
+                        chunk.append((family, changed, source, (span,)))
     rng.shuffle(out)
-    yield from out
+    for chunk in out:
+        yield from chunk
 
 
 def claims(suite_name: str, docs: list[Document], judge: Judge, per_family: int, seed: int) -> list[Claim]:
@@ -270,6 +273,8 @@ def claims(suite_name: str, docs: list[Document], judge: Judge, per_family: int,
             if not claim.copy:
                 claim.p_yes = round(judge.support([source], sentence), 4)
         out.append(claim)
+        if len(out) % 25 == 0:
+            print(f"  {suite_name}: {len(out)} claims, {sum(c.p_yes is not None for c in out)} judged", flush=True)
     return out
 
 
