@@ -36,7 +36,7 @@ class RunState(BaseModel):
     chosen: list[Evidence] = Field(default_factory=list)  # the units the answer is written from
     strong: bool = False  # the evidence cleared the calibrated threshold: no refusal is offered
     verified: list[Sentence] = Field(default_factory=list)  # sentences that passed, in the order they did
-    dropped: list[str] = Field(default_factory=list)  # sentences that failed after their revision
+    dropped: list[Sentence] = Field(default_factory=list)  # sentences that failed after their revision
     answer: str = ""
     draft: Draft | None = None  # the assembled answer
     rewrites: int = 0

@@ -369,7 +369,7 @@ class AnswerWorkflow(Workflow):
             if failed and s.revisions < self._cfg.max_revisions:
                 s.revisions += 1
                 return Generate(spans=[x.spans[0] for x, _ in failed], failed=[(x.text, why) for x, why in failed])
-            s.dropped += [x.text for x, _ in failed]
+            s.dropped += [x for x, _ in failed]
             return Verified()
 
     # -- 12-13. the answer assembled from what verified
@@ -378,16 +378,17 @@ class AnswerWorkflow(Workflow):
         t0 = _begin(ctx, "finish")
         async with ctx.store.edit_state() as s:
             fallback = [sp for u in s.chosen for sp in u.spans] if s.strong else []
-            draft = assemble(s.verified, fallback, s.parts, s.dropped)
+            draft = assemble(s.verified, s.dropped, fallback, s.parts)
             if draft is None:
-                _record(ctx, s, "finish", t0, verified=0, dropped=s.dropped)
+                _record(ctx, s, "finish", t0, verified=0, dropped=[x.text for x in s.dropped])
                 return self._found_nothing(s, "no sentence written from the evidence verified")
             answered = len(s.parts) - len(draft.missing)
             best = max((g.confidence for u, g in s.evidence if u in s.chosen), default=0.0)
             s.usefulness = usefulness(len(s.parts), answered, best)
-            s.verdict = verdict(sum(1 for x in draft.sentences if not states_nothing(x.text)), s.dropped)
-            _record(ctx, s, "finish", t0, verified=len(draft.sentences), dropped=s.dropped, quoted=len(draft.quotes),
-                    missing=list(draft.missing), support=s.verdict.to_support_dict(),
+            s.verdict = verdict(sum(1 for x in draft.sentences if not states_nothing(x.text)),
+                                [x.text for x in s.dropped])  # the model's claims, quoted lines aside
+            _record(ctx, s, "finish", t0, verified=len(draft.sentences), dropped=list(draft.dropped),
+                    quoted=len(draft.quotes), missing=list(draft.missing), support=s.verdict.to_support_dict(),
                     usefulness=s.usefulness.to_dict())  # fmt: skip
             s.draft = draft
             return self._done(s, draft.render())

@@ -154,8 +154,13 @@ def _rag(store: dict[str, Any], embed_model: Any, generator: ScriptedLLM, grader
 
 def _honest(case: InjectionCase) -> tuple[ScriptedLLM, ScriptedLLM]:
     generator = ScriptedLLM({"generate": answer_with(case.fact), "revise": answer_with(case.fact)})
-    grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "support": supported_if_stated, "rewrite": case.question})
+    grader = ScriptedLLM({"grade": _grade_fact_line(case), "support": supported_if_stated, "rewrite": case.question})
     return generator, grader
+
+
+def _grade_fact_line(case: InjectionCase) -> Any:
+    """Evidence is the case's own fact line (another document's line naming the same word is not)."""
+    return grade_yes_if(sentence_with(case.fact_section, case.fact))
 
 
 def _shape(rag: EnterpriseRAG, res: Any) -> dict[str, Any]:
@@ -234,14 +239,14 @@ def test_an_obedient_model_still_cannot_cite_a_fake_source_or_see_other_document
 ) -> None:
     obey = _obedient_answer(case)
     generator = ScriptedLLM({"generate": obey, "revise": obey})
-    grader = ScriptedLLM({"grade": grade_yes_if(case.fact), "support": _stated_verbatim, "rewrite": case.question})
+    grader = ScriptedLLM({"grade": _grade_fact_line(case), "support": _stated_verbatim, "rewrite": case.question})
     with _rag(corpora["planted"], embed_model, generator, grader) as rag:
         res = rag.query(case.question, user=ALICE)
         trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
     labels = {s["label"] for s in res.sources}
     assert res.citations and all(c.label in labels for c in res.citations)
-    assert {Path(c.source).name for c in res.citations} <= {case.filename}
+    assert {Path(c.source).name for c in res.citations} <= {case.filename}, res.answer
     verified = [text for step in trace["steps"] if step["step"] == "verify" for text, p, _ in step["data"]["judged"]
                 if p is not None and p >= 0.5]  # fmt: skip
     assert _worded_payload(case) not in verified and generator.count("revise") <= 1

@@ -422,22 +422,35 @@ def test_a_verified_sentence_survives_a_revision_that_drops_it(make_rag: MakeRag
                              revise=writes(REFUSAL))  # fmt: skip
     rag = make_rag(generator, grader)
     res = rag.query(QUESTION, user=ALICE)
-    assert generator.count("revise") == 1 and res.answer == f"{VACATION} [S1]"
+    assert generator.count("revise") == 1 and res.answer.startswith(f"{VACATION} [S1]") and "150" not in res.answer
     revise_prompt = generator.calls[-1][1][-1].content
     assert invented in revise_prompt and f'"{VACATION}"' not in revise_prompt  # only the failed one goes back
     assert res.pipeline["not_found"] is False and res.citations
 
 
 def test_a_draft_with_one_unsupported_sentence_returns_the_supported_rest_marked_partial(make_rag: MakeRag) -> None:
+    """On partial evidence (no line clears the strong threshold) a line is never quoted for a failed sentence."""
     unsupported = "Vacation is paid at double the usual salary rate."
-    generator, grader = llms(grade=grade_yes_if("vacation"), generate=writes(VACATION, unsupported),
-                             revise=writes(unsupported))  # fmt: skip
-    rag = make_rag(generator, grader)
+    partial = sum(WorkflowSettings().grade_thresholds_fallback) / 2
+    generator, grader = llms(grade=lambda m, k: yes_probability(partial if "vacation" in passage_in(m) else 0.0),
+                             generate=writes(VACATION, unsupported), revise=writes(unsupported))  # fmt: skip
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
     res = rag.query(QUESTION, user=ALICE)
     assert res.answer == f"{VACATION} [S1]" and "double" not in res.answer
     assert res.pipeline["partial"] is True and res.pipeline["flagged_for_review"] is False
     assert res.evaluation["support"] == {"label": "partially_supported", "score": 0.5,
                                          "unsupported_claims": [unsupported]}  # fmt: skip
+
+
+def test_a_chosen_line_whose_sentence_fails_twice_is_quoted_beside_the_verified_rest(make_rag: MakeRag) -> None:
+    wrong = "Unused vacation days carry over until April 30 of the following year."
+    generator, grader = llms(grade=grade_yes_if("vacation"), generate=writes(VACATION, wrong), revise=writes(wrong))
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert generator.count("revise") == 1 and "April" not in res.answer
+    assert res.answer == f'{VACATION} [S1]\n{QUOTED_INTRO}\n- "{CARRY_OVER}" [S1]'
+    assert res.pipeline["quoted"] is True and res.pipeline["partial"] is False
+    assert res.evaluation["support"]["unsupported_claims"] == [wrong]  # the model's claim, not the quoted line
 
 
 def test_a_two_part_question_answers_the_part_it_can_and_names_the_other(make_rag: MakeRag) -> None:
