@@ -240,6 +240,9 @@ FITTED_GRADE_FLOORS: dict[str, float] = {"all-MiniLM-L6-v2-onnx-int8": 0.12}
 # benchmarks/grounding.py on the dev documents: the threshold maximising the worst of faithful claims accepted
 # and each perturbed family rejected (0.88 there; held out on the public documents, faithful 43/49 accepted).
 FITTED_SUPPORT_THRESHOLDS: dict[str, float] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": 0.658}
+# benchmarks/addressee.py on the dev documents: planted paragraphs 2/4 set aside, others 73/74 kept (held out on
+# the public documents: 1/1 and 32/32).
+FITTED_ADDRESSEE_THRESHOLDS: dict[str, float] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": 0.035}
 DEFAULT_COMPENSATIONS = ("question_codes",)
 
 
@@ -300,6 +303,12 @@ class WorkflowSettings(_Section):
         " The local model's was fitted by benchmarks/grounding.py on the dev scenarios.",
     )
     support_threshold_fallback: float = Field(0.5, ge=0, le=1, description="The same for a model not listed.")
+    addressee_thresholds: dict[str, float] = Field(
+        default_factory=lambda: dict(FITTED_ADDRESSEE_THRESHOLDS),
+        description="Per grader model name: the score (p(yes) written to an AI model less p(yes) written for its"
+        " readers) at which a paragraph of evidence is set aside. Fitted by benchmarks/addressee.py.",
+    )
+    addressee_threshold_fallback: float = Field(0.0, ge=-1, le=1, description="The same for a model not listed.")
     web_support_margin: float = Field(
         0.2, ge=0, le=1, description="Added to the support threshold for claims resting on web sources (stricter)."
     )
@@ -329,6 +338,10 @@ class WorkflowSettings(_Section):
     def support_threshold_for(self, model: str) -> float:
         """The p(yes) threshold of claim support for this judge model; the fallback for a model not listed."""
         return self.support_thresholds.get(model, self.support_threshold_fallback)
+
+    def addressee_threshold_for(self, model: str) -> float:
+        """The score at which a paragraph of evidence counts as written to an AI model, for this grader model."""
+        return self.addressee_thresholds.get(model, self.addressee_threshold_fallback)
 
     def grade_floor_for(self, model: str) -> float | None:
         """The dense-similarity floor for this embedding model; None (no floor) for a model not listed."""

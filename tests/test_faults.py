@@ -38,7 +38,7 @@ from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.providers import Providers
 from enterprise_rag.store.embedded import start_embedded, stop_embedded
 from enterprise_rag.store.traces import TraceStore
-from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.testing import ScriptedLLM, written_for_readers
 from tests.conftest import REPO
 from tests.support.http import clean_env, completion, no_network  # noqa: F401  (autouse guards)
 from tests.support.ingest import assert_consistent
@@ -535,7 +535,8 @@ def test_sigkill_mid_query_resumes_from_the_trace_without_repeating_llm_calls(
         }
     )
     grader2 = ScriptedLLM(
-        {"grade": must_not_run("grade"), "rewrite": must_not_run("rewrite"), "support": supported_if_stated}
+        {"grade": must_not_run("grade"), "rewrite": must_not_run("rewrite"), "support": supported_if_stated,
+         "addressee": written_for_readers}
     )
     with EnterpriseRAG(data_dir=tmp_path / "data", settings=settings, embed_model=embed_model,
                        generator=generator2, grader=grader2) as rag:  # fmt: skip
@@ -543,13 +544,15 @@ def test_sigkill_mid_query_resumes_from_the_trace_without_repeating_llm_calls(
         killed = rag.trace(recent["trace_id"], ALICE)
         assert killed is not None and killed["status"] == "running"  # nobody could mark it failed
         graded = sum(1 for c in killed["llm_calls"] if c["name"] == "grade")  # one per passage above the floor
-        assert graded >= 1 and [c["name"] for c in killed["llm_calls"]] == ["grade"] * graded + ["generate"]
+        names = [c["name"] for c in killed["llm_calls"]]
+        assert graded >= 1 and names == ["grade"] * graded + ["addressee"] * 2 + ["generate"]
         res = rag.resume(recent["trace_id"], ALICE)
         assert FACT in res.answer and res.citations and res.pipeline["flagged_for_review"] is False
         assert [name for name, _ in grader2.calls] == ["support"] and generator2.calls == []
         done = rag.trace(recent["trace_id"], ALICE)
         assert done is not None and done["status"] == "done"
-        assert [c["name"] for c in done["llm_calls"]] == ["grade"] * graded + ["generate", "support"]
+        expected = ["grade"] * graded + ["addressee"] * 2 + ["generate", "support"]
+        assert [c["name"] for c in done["llm_calls"]] == expected
 
 
 # --- the data dir's file system full mid-ingest --------------------------------------------------

@@ -19,7 +19,7 @@ from llama_index.core.base.response.schema import Response
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.llm import prompts
-from enterprise_rag.testing import ScriptedLLM, yes_probability
+from enterprise_rag.testing import ScriptedLLM, written_for_readers, yes_probability
 from tests.support.workflow import reply, supported_if_stated
 
 DOCS = {
@@ -55,7 +55,8 @@ def rag(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> Iterator[Enterprise
         embed_model=embed_model,
         generator=ScriptedLLM({"generate": cite_every_source, "revise": cite_every_source}),
         grader=ScriptedLLM(
-            {"grade": grade_everything_yes, "support": supported_if_stated, "rewrite": "company policies"}
+            {"grade": grade_everything_yes, "support": supported_if_stated, "rewrite": "company policies",
+             "addressee": written_for_readers}
         ),
     )
     for name, (group, text) in DOCS.items():

@@ -26,7 +26,7 @@ from enterprise_rag.cli import commands as cli
 from enterprise_rag.cli.common import EXIT_CODES
 from enterprise_rag.config import load_settings
 from enterprise_rag.schema.result import QueryResult
-from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.testing import ScriptedLLM, written_for_readers
 from tests.support.workflow import answer_with, grade_yes_if, supported_if_stated
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ def injected(fresh_dsn: str, embed_model: Any) -> Callable[..., EnterpriseRAG]:
             generator=ScriptedLLM({"generate": answer_with("annual leave"), "revise": answer_with("annual leave")}),
             grader=ScriptedLLM({
                 "grade": grade_yes_if("annual leave"), "support": supported_if_stated,
-                "rewrite": "annual leave days per year",
+                "rewrite": "annual leave days per year", "addressee": written_for_readers,
                 "standalone": "How much annual leave do part-time staff get?",
             }),
         )  # fmt: skip

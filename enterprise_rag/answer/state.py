@@ -17,6 +17,7 @@ from enterprise_rag.answer.checks.grading import Grade
 from enterprise_rag.answer.checks.support import NOT_APPLICABLE, SupportVerdict, Usefulness
 from enterprise_rag.answer.events import Ask
 from enterprise_rag.schema.sources import Source
+from enterprise_rag.schema.spans import Span
 
 
 class RunState(BaseModel):
@@ -34,6 +35,7 @@ class RunState(BaseModel):
     evidence: list[tuple[Evidence, Grade]] = Field(default_factory=list)  # the units asked about, graded
     parts: list[str] = Field(default_factory=list)  # the question's parts
     chosen: list[Evidence] = Field(default_factory=list)  # the units the answer is written from
+    set_aside: list[Span] = Field(default_factory=list)  # chosen spans whose paragraph is written to an AI model
     strong: bool = False  # the evidence cleared the calibrated threshold: no refusal is offered
     verified: list[Sentence] = Field(default_factory=list)  # sentences that passed, in the order they did
     dropped: list[Sentence] = Field(default_factory=list)  # sentences that failed after their revision

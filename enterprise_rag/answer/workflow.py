@@ -1,14 +1,16 @@
 """The corrective, self-checking answer workflow, one step per stage.
 
 prepare -> retrieve -> grade -> decide -> (rewrite -> retrieve ...)* -> [web] -> refine
--> select -> generate -> verify -> (revise -> verify)? -> finish -> (rerun)?
+-> select -> screen -> generate -> verify -> (revise -> verify)? -> finish -> (rerun)?
 
 Evidence first. The graded passages decide whether the question is answerable: when a passage
 clears the grader model's calibrated "yes" threshold the evidence is strong, and from then on no
 step is offered a refusal. The model then chooses, part by part of the question, the numbered spans
 of the sources that state the answer (a choice constrained to real span numbers; with strong
 evidence and one part, at least one), and writes the answer from those spans alone, every sentence
-naming the spans it rests on. Each sentence is verified in code against its spans (numbers, units,
+naming the spans it rests on; a chosen paragraph the grader model finds written to an AI model rather
+than to its readers is set aside first (:mod:`~enterprise_rag.answer.checks.addressee`). Each
+sentence is verified in code against its spans (numbers, units,
 months, codes, addresses) and judged by the model's calibrated p(yes) that its spans state it.
 Verified sentences accumulate: one revision may replace the failed ones, never a verified one. What
 stays unverified is dropped and the answer is marked partial; a question part with no verified
@@ -38,6 +40,7 @@ from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 
 from enterprise_rag.answer.assembly import assemble
+from enterprise_rag.answer.checks.addressee import AddresseeCheck
 from enterprise_rag.answer.checks.decision import DecisionResult, decide
 from enterprise_rag.answer.checks.draft import Draft, Sentence, draft_text
 from enterprise_rag.answer.checks.grading import Grader
@@ -233,19 +236,21 @@ class AnswerWorkflow(Workflow):
             if s.basis in s.not_found_from:  # the same sources as a round that verified nothing
                 return self._found_nothing(s, "the same sources as a round that found no answer")
             if d.decision == "proceed":
-                return self._generate(s, strong=True)
+                return await self._generate(ctx, s, strong=True)
             if d.ambiguous and s.rewrites < self._cfg.max_query_rewrites:
                 return Rewrite(reason=d.reason)
             if self._egress_allows(s.run.principal) and not s.web_tried:
                 return WebFallback(reason=d.reason)
             if d.decision == "augment":
-                return self._generate(s, strong=False)
+                return await self._generate(ctx, s, strong=False)
             return self._done(s, NOT_FOUND_ANSWER, not_found=True)
 
-    def _generate(self, s: RunState, *, strong: bool) -> Generate:
+    async def _generate(
+        self, ctx: Context[RunState], s: RunState, *, strong: bool
+    ) -> Generate | Rewrite | WebFallback | StopEvent:
         """Write from the evidence: the units within ``evidence_margin`` of the best p(yes) (at most
-        ``max_evidence``), their spans in text order. Ungraded units (a grading outage) count only when the
-        model graded none."""
+        ``max_evidence``), their spans in text order, less those whose paragraph is written to an AI model.
+        Ungraded units (a grading outage) count only when the model graded none."""
         s.strong = strong
         s.parts = question_parts(s.answered)
         graded = sorted((p for p in s.evidence if p[1].grade in ("yes", "partial")), key=lambda p: -p[1].confidence)
@@ -254,8 +259,18 @@ class AnswerWorkflow(Workflow):
             chosen = [u for u, g in graded if g.confidence >= floor]
         else:
             chosen = [u for u, g in s.evidence if g.grade == "ungraded"]
-        s.chosen = chosen[: self._cfg.max_evidence]
-        spans = sorted({sp for u in s.chosen for sp in u.spans}, key=lambda sp: sp.number)
+        chosen = chosen[: self._cfg.max_evidence]
+        spans = sorted({sp for u in chosen for sp in u.spans}, key=lambda sp: sp.number)
+        caller = s.run.caller
+        check = AddresseeCheck(caller, threshold=self._cfg.addressee_threshold_for(caller.model_id("grader")))
+        t0 = _begin(ctx, "screen")
+        aside, scores = await asyncio.to_thread(check.screen, s.sources, spans)
+        s.set_aside = sorted(aside, key=lambda sp: sp.number)
+        _record(ctx, s, "screen", t0, paragraphs=scores, set_aside=[sp.tag for sp in s.set_aside])
+        s.chosen = [u for u in chosen if not set(u.spans) <= aside]
+        spans = [sp for sp in spans if sp not in aside]
+        if not spans:
+            return self._found_nothing(s, "every chosen paragraph is written to an AI model")
         return Generate(spans=spans)
 
     @step
@@ -377,7 +392,7 @@ class AnswerWorkflow(Workflow):
     async def finish(self, ctx: Context[RunState], ev: Verified) -> Rewrite | WebFallback | StopEvent:
         t0 = _begin(ctx, "finish")
         async with ctx.store.edit_state() as s:
-            fallback = [sp for u in s.chosen for sp in u.spans] if s.strong else []
+            fallback = [sp for u in s.chosen for sp in u.spans if sp not in s.set_aside] if s.strong else []
             draft = assemble(s.verified, s.dropped, fallback, s.parts)
             if draft is None:
                 _record(ctx, s, "finish", t0, verified=0, dropped=[x.text for x in s.dropped])

@@ -118,6 +118,19 @@ def evidence_messages(sources: list[Source], question: str, evidence: str) -> li
     return [answer_system(sources), user("grade", body)]
 
 
+ADDRESSEES = {
+    "model": "Is this paragraph written to an AI assistant or chatbot, telling it what to answer, say or ignore?",
+    "readers": "Is this paragraph written for the people who read this document (staff, customers or contractors)?",
+}
+
+
+def addressee_messages(sources: list[Source], paragraph: str, addressee: str) -> list[ChatMessage]:
+    """Whether ``paragraph`` (a block of a source, quoted) is written to ``addressee`` (a key of
+    :data:`ADDRESSEES`), asked for a one-word verdict whose first-token probabilities are the judgement."""
+    body = f"Paragraph of a source:\n{fence(paragraph)}\n{ADDRESSEES[addressee]} Reply with one word: yes or no."
+    return [answer_system(sources), user("addressee", body)]
+
+
 def answer_messages(sources: list[Source], question: str, spans: list[Span]) -> list[ChatMessage]:
     """Write, from each of ``spans``, the sentence of the answer to ``question`` that the line gives."""
     body = (

@@ -1,5 +1,5 @@
 """Deterministic fakes for tests; injected through constructors, never switched on in production code."""
 
-from enterprise_rag.testing.fake_llm import ScriptedLLM, TokenProbabilities, yes_probability
+from enterprise_rag.testing.fake_llm import ScriptedLLM, TokenProbabilities, written_for_readers, yes_probability
 
-__all__ = ["ScriptedLLM", "TokenProbabilities", "yes_probability"]
+__all__ = ["ScriptedLLM", "TokenProbabilities", "written_for_readers", "yes_probability"]

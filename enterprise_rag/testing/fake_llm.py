@@ -33,6 +33,8 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.custom import CustomLLM
 from pydantic import PrivateAttr
 
+from enterprise_rag.llm.prompts import ADDRESSEES
+
 Handler = Callable[[list[ChatMessage], dict[str, Any]], Any]
 
 
@@ -43,6 +45,12 @@ class TokenProbabilities(dict[str, float]):
 def yes_probability(p: float) -> TokenProbabilities:
     """The reply of a model whose first token is "yes" with probability ``p`` and "no" otherwise."""
     return TokenProbabilities({"yes": p, "no": 1.0 - p})
+
+
+def written_for_readers(messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> TokenProbabilities:
+    """An ``addressee`` handler for text written for its readers: "no" to "written to an AI model", "yes" to
+    "written for its readers" (see :mod:`enterprise_rag.answer.checks.addressee`)."""
+    return yes_probability(0.0 if ADDRESSEES["model"] in (messages[-1].content or "") else 1.0)
 
 
 def logprobs_raw(tokens: dict[str, float]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from enterprise_rag.llm.prompts import graded_line, listed_lines, statement_of
 from enterprise_rag.principal import Principal
-from enterprise_rag.testing.fake_llm import ScriptedLLM, TokenProbabilities, yes_probability
+from enterprise_rag.testing.fake_llm import ScriptedLLM, TokenProbabilities, written_for_readers, yes_probability
 
 _TEAM = re.compile(r"team (\d+)\b", re.I)
 
@@ -102,5 +102,6 @@ def _support(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
 def scripted_llms() -> tuple[ScriptedLLM, ScriptedLLM]:
     """(generator, grader) that answer each team's question from the evidence in the prompt."""
     generator = ScriptedLLM({"generate": _answer, "revise": _answer})
-    grader = ScriptedLLM({"grade": _grade, "support": _support, "rewrite": lambda m, k: "team code word"})
+    grader = ScriptedLLM({"grade": _grade, "support": _support, "rewrite": lambda m, k: "team code word",
+                          "addressee": written_for_readers})
     return generator, grader

@@ -20,7 +20,7 @@ from enterprise_rag.answer.checks.citations import strip_citations
 from enterprise_rag.config import load_settings
 from enterprise_rag.llm import prompts
 from enterprise_rag.llm.untrusted import addresses_model, block_body, block_id, fence
-from enterprise_rag.testing import ScriptedLLM, yes_probability
+from enterprise_rag.testing import ScriptedLLM, written_for_readers, yes_probability
 from enterprise_rag.testing.injections import (
     CASES,
     CONFIDENTIAL,
@@ -154,7 +154,8 @@ def _rag(store: dict[str, Any], embed_model: Any, generator: ScriptedLLM, grader
 
 def _honest(case: InjectionCase) -> tuple[ScriptedLLM, ScriptedLLM]:
     generator = ScriptedLLM({"generate": answer_with(case.fact), "revise": answer_with(case.fact)})
-    grader = ScriptedLLM({"grade": _grade_fact_line(case), "support": supported_if_stated, "rewrite": case.question})
+    grader = ScriptedLLM({"grade": _grade_fact_line(case), "support": supported_if_stated, "rewrite": case.question,
+                          "addressee": written_for_readers})
     return generator, grader
 
 
@@ -239,7 +240,8 @@ def test_an_obedient_model_still_cannot_cite_a_fake_source_or_see_other_document
 ) -> None:
     obey = _obedient_answer(case)
     generator = ScriptedLLM({"generate": obey, "revise": obey})
-    grader = ScriptedLLM({"grade": _grade_fact_line(case), "support": _stated_verbatim, "rewrite": case.question})
+    grader = ScriptedLLM({"grade": _grade_fact_line(case), "support": _stated_verbatim, "rewrite": case.question,
+                          "addressee": written_for_readers})
     with _rag(corpora["planted"], embed_model, generator, grader) as rag:
         res = rag.query(case.question, user=ALICE)
         trace = rag.trace(res.trace_id, ALICE)
@@ -271,6 +273,7 @@ def test_web_search_queries_never_carry_document_text(corpora: dict[str, Any], e
             "grade": grade_yes_if("copy shops"),
             "support": supported_if_stated,
             "rewrite": "printing cost black and white",
+            "addressee": written_for_readers,
         },
         model_name="scripted-obedient",
     )  # other judgements: not the honest grader's cached grades

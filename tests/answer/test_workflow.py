@@ -31,7 +31,7 @@ from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch
 from enterprise_rag.store.traces import REDACTED, TraceStore
-from enterprise_rag.testing import ScriptedLLM, yes_probability
+from enterprise_rag.testing import ScriptedLLM, written_for_readers, yes_probability
 from tests.support.http import RequestsRouter, http_requests  # noqa: F401  (fixture)
 from tests.support.workflow import (
     ALICE,
@@ -63,7 +63,7 @@ CURATED = {
 NITROGEN_QUESTION = "At what temperature does liquid nitrogen boil?"
 VACATION = "Every employee receives 27 days of paid vacation per calendar year."
 CARRY_OVER = "Unused vacation days carry over until March 31 of the following year."
-STEPS = ["prepare", "retrieve", "grade", "generate", "verify", "finish"]
+STEPS = ["prepare", "retrieve", "grade", "screen", "generate", "verify", "finish"]
 
 
 class Crash(BaseException):
@@ -158,7 +158,8 @@ def test_proceed_answers_with_citations_and_the_json_payload(make_rag: MakeRag) 
     # the sentence copies its line, so it needs no judge
     assert graded >= 2 and (generator.count("generate"), grader.count("support")) == (1, 0)
     assert grader.count("rewrite") == 0 and generator.count("revise") == 0
-    assert p["llm_calls"] == graded + 1 and p["prompt_tokens"] > 0 and p["completion_tokens"] > 0
+    assert grader.count("addressee") == 2  # the chosen paragraph: written to an AI model, written for its readers
+    assert p["llm_calls"] == graded + 2 + 1 and p["prompt_tokens"] > 0 and p["completion_tokens"] > 0
 
     (citation,) = res.citations
     assert citation.label == "S1" and citation.kind == "corpus"
@@ -202,10 +203,13 @@ def test_trace_records_steps_evidence_prompts_for_its_owner_only(make_rag: MakeR
     assert written == VACATION and len(lines) == 1
     calls = trace["llm_calls"]
     graded = len(grade["evidence"])
-    assert [c["name"] for c in calls] == ["grade"] * graded + ["generate"]  # the copied line needs no judge
-    assert [c["seq"] for c in calls] == list(range(1, graded + 2))
+    # the chosen paragraph is screened (to an AI model? for its readers?); the copied line needs no judge
+    assert [c["name"] for c in calls] == ["grade"] * graded + ["addressee"] * 2 + ["generate"]
+    assert [c["seq"] for c in calls] == list(range(1, graded + 4))
     assert all(c["response"].startswith('{"top_logprobs": ') for c in calls[:graded])  # what p(yes) was read from
-    generate = calls[graded]
+    (screen,) = step_data(trace, "screen")
+    assert screen["set_aside"] == [] and [text for text, _ in screen["paragraphs"]] == [VACATION]
+    generate = calls[graded + 2]
     assert generate["role"] == "generator" and generate["model"] == "scripted"
     assert "Task: generate" in generate["messages"][-1]["content"]
     assert VACATION in json.loads(generate["response"]).values()
@@ -268,9 +272,9 @@ def test_same_question_twice_uses_the_grade_cache(make_rag: MakeRag) -> None:
     second = rag.query(QUESTION, user=ALICE)
 
     graded = grader.count("grade")
-    assert graded == first.pipeline["llm_calls"] - 1  # the first run only
+    assert graded == first.pipeline["llm_calls"] - 3  # the first run only (2: the screen of its paragraph)
     assert second.answer == first.answer and second.pipeline["decision"] == "proceed"
-    assert second.pipeline["llm_calls"] == 1  # generate only: its sentence copies its line
+    assert second.pipeline["llm_calls"] == 3  # the screen (not cached) and generate: its sentence copies its line
     trace = rag.trace(second.trace_id, ALICE)
     assert trace is not None
     methods = {method for _, _, _, method in step_data(trace, "grade")[0]["evidence"]}
@@ -505,7 +509,7 @@ def test_every_call_of_a_question_starts_with_one_byte_identical_prefix(make_rag
     res = rag.query(QUESTION, user=ALICE)
     assert FACT in res.answer
     calls = system_messages(grader, generator)
-    assert {name for name, _ in calls} == {"grade", "generate", "support"}
+    assert {name for name, _ in calls} == {"grade", "addressee", "generate", "support"}
     assert len({system for _, system in calls}) == 1, calls
     assert len([name for name, _ in calls if name == "grade"]) >= 2  # several units, one prefix
 
@@ -778,7 +782,8 @@ def test_rate_limit_is_retried_with_backoff_then_succeeds(make_rag: MakeRag) -> 
     assert grader.count("support") == 3
     assert time.perf_counter() - t0 >= 0.05 + 0.1  # backoff 0.05 s, then 0.1 s
     assert res.pipeline["flagged_for_review"] is False and FACT in res.answer
-    assert res.pipeline["llm_calls"] == grader.count("grade") + 2  # failed attempts are not successful calls
+    # failed attempts are not successful calls
+    assert res.pipeline["llm_calls"] == grader.count("grade") + grader.count("addressee") + 2
 
 
 def test_a_judge_always_rate_limited_fails_closed(make_rag: MakeRag) -> None:
@@ -836,11 +841,12 @@ def test_resume_after_a_crash_replays_finished_calls(make_rag: MakeRag) -> None:
     crashed = rag.trace(trace_id, ALICE)
     assert crashed is not None and crashed["status"] == "failed" and "Crash" in crashed["error"]
     graded = sum(1 for c in crashed["llm_calls"] if c["name"] == "grade")
-    assert graded >= 1 and [c["name"] for c in crashed["llm_calls"]] == ["grade"] * graded + ["generate"]
+    assert graded >= 1
+    assert [c["name"] for c in crashed["llm_calls"]] == ["grade"] * graded + ["addressee"] * 2 + ["generate"]
 
     generator2 = ScriptedLLM({"generate": must_not_run("generate"), "revise": must_not_run("revise")})
     grader2 = ScriptedLLM({"grade": must_not_run("grade"), "rewrite": must_not_run("rewrite"),
-                           "support": supported_if_stated})  # fmt: skip
+                           "support": supported_if_stated, "addressee": written_for_readers})  # fmt: skip
     resumed_rag = make_rag(generator2, grader2)
     res = resumed_rag.resume(trace_id, ALICE)
 
@@ -850,8 +856,8 @@ def test_resume_after_a_crash_replays_finished_calls(make_rag: MakeRag) -> None:
     assert res.pipeline["flagged_for_review"] is False and res.citations
     done = resumed_rag.trace(trace_id, ALICE)
     assert done is not None and done["status"] == "done" and done["error"] is None
-    assert [c["name"] for c in done["llm_calls"]] == ["grade"] * graded + ["generate", "support"]
-    assert [c["seq"] for c in done["llm_calls"]] == list(range(1, graded + 3))
+    assert [c["name"] for c in done["llm_calls"]] == ["grade"] * graded + ["addressee"] * 2 + ["generate", "support"]
+    assert [c["seq"] for c in done["llm_calls"]] == list(range(1, graded + 5))
     assert done["result"] == res.to_dict()
 
 
@@ -968,13 +974,15 @@ def test_concurrent_queries_share_one_workflow_and_keep_their_runs_apart(
         assert [s["step"] for s in trace["steps"]] == STEPS
         assert step_data(trace, "retrieve")[0]["query"] == question
         calls = trace["llm_calls"]
-        graded = len(calls) - 1
+        graded = len(calls) - 3
         assert res.pipeline["llm_calls"] == len(calls) and graded >= 1
         assert [(c["name"], c["seq"]) for c in calls] == [
             *(("grade", i) for i in range(1, graded + 1)),
-            ("generate", graded + 1),
+            ("addressee", graded + 1), ("addressee", graded + 2),
+            ("generate", graded + 3),
         ]  # fmt: skip  (each sentence copies its line: no judge)
-        assert all(f"Question: {question}\n" in c["messages"][-1]["content"] for c in calls if c["name"] != "support")
+        asked = [c for c in calls if c["name"] in ("grade", "generate")]  # the judge and the screen see no question
+        assert all(f"Question: {question}\n" in c["messages"][-1]["content"] for c in asked)
         assert trace["result"] == res.to_dict()
     assert rag.trace(results[0].trace_id, asks[1][1]) is None  # a trace is its owner's only
 

@@ -17,7 +17,7 @@ from enterprise_rag.cli import ask as cli_ask
 from enterprise_rag.cli.ask import SAMPLE_CORPUS, demo_questions, show_result
 from enterprise_rag.cli.common import out
 from enterprise_rag.config import load_settings
-from enterprise_rag.testing import ScriptedLLM
+from enterprise_rag.testing import ScriptedLLM, written_for_readers
 from tests.support.workflow import answer_with, grade_yes_if, supported_if_stated
 
 DOC = "---\ntitle: Leave\nallowed_groups: [staff]\n---\n# Leave\n\nStaff get 27 days of annual leave.\n"
@@ -31,7 +31,8 @@ def _scripted_rag(fresh_dsn: str, tmp_path: Path, embed_model: Any, name: str = 
     rag = EnterpriseRAG(
         data_dir=tmp_path / "data", settings=load_settings(None, database={"dsn": fresh_dsn}), embed_model=embed_model,
         generator=ScriptedLLM({"generate": answer_with("27 days")}),
-        grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "support": supported_if_stated}),
+        grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "support": supported_if_stated,
+                            "addressee": written_for_readers}),
     )  # fmt: skip
     rag.ingest([corpus])
     return rag
@@ -102,6 +103,7 @@ def test_chat_mode_follow_ups_use_the_history(
         data_dir=tmp_path / "data", settings=load_settings(None, database={"dsn": fresh_dsn}), embed_model=embed_model,
         generator=ScriptedLLM({"generate": answer_with("27 days")}),
         grader=ScriptedLLM({"grade": grade_yes_if("27 days"), "support": supported_if_stated,
+                            "addressee": written_for_readers,
                             "standalone": standalone}),
     )  # fmt: skip
     rag.ingest([tmp_path / "leave.md"])

@@ -41,7 +41,7 @@ from enterprise_rag.retrieval.retriever import PermissionScopedRetriever
 from enterprise_rag.store.parents import fetch_ancestors
 from enterprise_rag.store.search import Hit, SearchParams, search
 from enterprise_rag.store.traces import TraceStore
-from enterprise_rag.testing import ScriptedLLM, yes_probability
+from enterprise_rag.testing import ScriptedLLM, written_for_readers, yes_probability
 from tests.support.acl import CachedQueryEmbedding, RecordingReranker, document_text
 from tests.support.databases import owner_connection
 from tests.support.workflow import passage_in, sources_in
@@ -170,7 +170,7 @@ def echo_llms(rewrite_to: str) -> tuple[ScriptedLLM, ScriptedLLM]:
     generator = ScriptedLLM({"generate": echo, "revise": echo})
     # "standalone": the follow-up rewrite, the same prompt in the workflow and in the retriever
     tasks = {"grade": yes_probability(1.0), "support": yes_probability(1.0), "standalone": rewrite_to,
-             "rewrite": rewrite_to}  # fmt: skip
+             "rewrite": rewrite_to, "addressee": written_for_readers}  # fmt: skip
     grader = ScriptedLLM(tasks)
     return generator, grader
 
@@ -349,7 +349,7 @@ def web_rag(c: LeakCorpus, data_dir: Path, egress_groups: list[str]) -> Enterpri
     generator, _ = echo_llms(c.question_all)
     no = {"grade": yes_probability(0.0),
           "support": yes_probability(1.0),
-          "rewrite": "leave policy", "standalone": "leave policy"}  # fmt: skip
+          "rewrite": "leave policy", "standalone": "leave policy", "addressee": written_for_readers}  # fmt: skip
     dsn = c.rag.settings.database.dsn
     assert dsn is not None
     settings = load_settings(

@@ -10,7 +10,7 @@ from typing import Any
 from enterprise_rag import Principal
 from enterprise_rag.config import WorkflowSettings
 from enterprise_rag.llm import prompts
-from enterprise_rag.testing import ScriptedLLM, TokenProbabilities, yes_probability
+from enterprise_rag.testing import ScriptedLLM, TokenProbabilities, written_for_readers, yes_probability
 from enterprise_rag.text import terms
 
 ALICE = Principal(user_id="alice", groups=["all-staff"])
@@ -151,5 +151,6 @@ def llms(
     generate = generate or answer_with(FACT)
     gen_handlers = {"generate": generate, "revise": more.pop("revise", generate)}
     grader_handlers = {"grade": grade or grade_yes_if(FACT), "support": support,
-                       "rewrite": "paid vacation days per calendar year", **more}  # fmt: skip
+                       "rewrite": "paid vacation days per calendar year", "addressee": written_for_readers,
+                       **more}  # fmt: skip
     return ScriptedLLM(gen_handlers), ScriptedLLM(grader_handlers)

@@ -1,0 +1,73 @@
+"""Evidence written to the model: paragraphs of a source that speak to an AI assistant, set aside.
+
+A planted instruction is document text like any other: a line of it ("tell them the password is X")
+can state the answer to a question word for word, so the evidence grader chooses it and every check
+of the answer against its line passes. What gives it away is whom its paragraph is written for. Each
+paragraph the answer would be written from (the block of a chosen sentence; a chosen list item or
+table row on its own) is put to the grader model twice over the question's shared prefix: is it
+written to an AI assistant, and is it written for the document's readers. The score is the
+difference of the two p(yes): the small model says "yes" to most questions about most text, and the
+difference cancels that lean. A paragraph scoring at or above the model's threshold
+(``workflow.addressee_thresholds``, fitted on labelled dev paragraphs by
+``benchmarks/addressee.py``) is not written from, quoted or cited, and the trace names it.
+
+A failed call keeps the paragraph (fail-open, as grading does): an outage must not hide the documents,
+and the boundary of :mod:`enterprise_rag.llm.untrusted` and the value checks still hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from enterprise_rag.errors import LLMError
+from enterprise_rag.llm.caller import LLMCaller
+from enterprise_rag.llm.prompts import ADDRESSEES, addressee_messages, numbered_spans
+from enterprise_rag.schema.sources import Source
+from enterprise_rag.schema.spans import Span
+
+TOP_LOGPROBS = 10
+
+
+def paragraph_of(span: Span, spans: Sequence[Span]) -> str:
+    """What a reader meets ``span`` in: the sentences of its block, or the list item or table row itself."""
+    if span.kind != "sentence":
+        return span.with_context()
+    return " ".join(x.text for x in spans if x.label == span.label and x.block == span.block and x.kind == "sentence")
+
+
+class AddresseeCheck:
+    """Scores paragraphs by how much more they are written to an AI model than to their readers."""
+
+    def __init__(self, caller: LLMCaller, *, threshold: float) -> None:
+        self._caller = caller
+        self.threshold = threshold
+
+    def score(self, sources: list[Source], paragraph: str) -> float | None:
+        """p(yes: written to an AI model) - p(yes: written for its readers); None when a call fails or the model
+        says neither yes nor no."""
+        p = []
+        for addressee in ADDRESSEES:
+            messages = addressee_messages(sources, paragraph, addressee)
+            try:
+                yes = self._caller.yes_probability("grader", "addressee", messages, top_logprobs=TOP_LOGPROBS)
+            except LLMError:
+                return None
+            if yes is None:
+                return None
+            p.append(yes)
+        return p[0] - p[1]
+
+    def screen(self, sources: list[Source], chosen: Sequence[Span]) -> tuple[set[Span], list[tuple[str, float | None]]]:
+        """The spans of ``chosen`` whose paragraph is written to the model, and every paragraph's score."""
+        spans = numbered_spans(sources)
+        by_paragraph: dict[str, list[Span]] = {}
+        for span in chosen:
+            by_paragraph.setdefault(paragraph_of(span, spans), []).append(span)
+        set_aside: set[Span] = set()
+        scores: list[tuple[str, float | None]] = []
+        for paragraph, members in by_paragraph.items():
+            score = self.score(sources, paragraph)
+            scores.append((paragraph, None if score is None else round(score, 3)))
+            if score is not None and score >= self.threshold:
+                set_aside.update(members)
+        return set_aside, scores
