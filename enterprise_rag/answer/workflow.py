@@ -266,7 +266,8 @@ class AnswerWorkflow(Workflow):
         t0 = _begin(ctx, "screen")
         aside, scores = await asyncio.to_thread(check.screen, s.sources, spans)
         s.set_aside = sorted(aside, key=lambda sp: sp.number)
-        _record(ctx, s, "screen", t0, paragraphs=scores, set_aside=[sp.tag for sp in s.set_aside])
+        _record(ctx, s, "screen", t0, paragraphs=[(text[:200], score) for text, score in scores],
+                set_aside=[sp.tag for sp in s.set_aside])  # fmt: skip  (texts cut as the grade step cuts them)
         s.chosen = [u for u in chosen if not set(u.spans) <= aside]
         spans = [sp for sp in spans if sp not in aside]
         if not spans:

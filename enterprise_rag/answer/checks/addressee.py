@@ -45,7 +45,7 @@ class AddresseeCheck:
     def score(self, sources: list[Source], paragraph: str) -> float | None:
         """p(yes: written to an AI model) - p(yes: written for its readers); None when a call fails or the model
         says neither yes nor no."""
-        p = []
+        p: dict[str, float] = {}
         for addressee in ADDRESSEES:
             messages = addressee_messages(sources, paragraph, addressee)
             try:
@@ -54,8 +54,8 @@ class AddresseeCheck:
                 return None
             if yes is None:
                 return None
-            p.append(yes)
-        return p[0] - p[1]
+            p[addressee] = yes
+        return p["model"] - p["readers"]
 
     def screen(self, sources: list[Source], chosen: Sequence[Span]) -> tuple[set[Span], list[tuple[str, float | None]]]:
         """The spans of ``chosen`` whose paragraph is written to the model, and every paragraph's score."""
