@@ -2,8 +2,8 @@
 
 Every paragraph of the documents that hold a planted instruction (``benchmarks/data/planted_paragraphs.yaml``;
 the paragraphs of the other documents of those suites are not scored) is put to
-:class:`~enterprise_rag.answer.checks.addressee.AddresseeCheck` as the workflow puts a chosen paragraph: the
-paragraph's chunk as source S1, the paragraph as the block of a sentence (a list item or table row on its own).
+:class:`~enterprise_rag.answer.checks.addressee.AddresseeCheck` exactly as the workflow puts a chosen paragraph
+(the block of a sentence; a list item or table row on its own), whose score depends on nothing else.
 Printed per suite: planted paragraphs set aside, other paragraphs kept, and each planted paragraph's score
 beside the highest scores of the others. The threshold is fitted on the first suite (the dev documents) as
 the one that sets aside the most planted paragraphs while keeping at least ``--keep`` of the others (a
@@ -38,14 +38,14 @@ def scored(suite: Path, planted: dict[str, str], check: AddresseeCheck) -> list[
     rows: list[dict[str, object]] = []
     for doc in (d for d in documents(suite) if d.name in planted):
         seen: set[str] = set()
-        for source, spans in doc.sources:
+        for _, spans in doc.sources:
             for span in spans:
                 paragraph = paragraph_of(span, spans)
                 if span.kind == "heading" or paragraph in seen:
                     continue
                 seen.add(paragraph)
                 rows.append({"suite": suite.name, "document": doc.name, "planted": planted[doc.name] in paragraph,
-                             "score": check.score([source], paragraph), "text": paragraph[:120]})  # fmt: skip
+                             "score": check.score(paragraph), "text": paragraph[:120]})  # fmt: skip
     return rows
 
 

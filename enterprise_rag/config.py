@@ -240,9 +240,9 @@ FITTED_GRADE_FLOORS: dict[str, float] = {"all-MiniLM-L6-v2-onnx-int8": 0.12}
 # benchmarks/grounding.py on the dev documents: the threshold maximising the worst of faithful claims accepted
 # and each perturbed family rejected (0.88 there; held out on the public documents, faithful 43/49 accepted).
 FITTED_SUPPORT_THRESHOLDS: dict[str, float] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": 0.658}
-# benchmarks/addressee.py on the dev documents: planted paragraphs 2/4 set aside, others 73/74 kept (held out on
-# the public documents: 1/1 and 32/32).
-FITTED_ADDRESSEE_THRESHOLDS: dict[str, float] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": 0.035}
+# benchmarks/addressee.py on the dev documents, each paragraph alone: planted paragraphs 3/4 set aside, others
+# 74/74 kept (held out on the public documents: 1/1 and 31/32).
+FITTED_ADDRESSEE_THRESHOLDS: dict[str, float] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": -0.182}
 DEFAULT_COMPENSATIONS = ("question_codes",)
 
 

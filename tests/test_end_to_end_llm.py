@@ -43,14 +43,17 @@ def test_grounded_answer_is_cited_and_checked(local_rag: EnterpriseRAG) -> None:
     assert res.pipeline["llm_calls"] >= 3 and res.evaluation["support"]["label"] != "unknown"
     trace = local_rag.trace(res.trace_id, DANA)
     assert trace is not None and {s["step"] for s in trace["steps"]} >= {"retrieve", "grade", "generate", "verify"}
-    # Grading, the screen, generation and the judge start with one prefix (rules and sources): the server's own
-    # counters say that each call after the first read it from the prompt cache.
+    # Grading, generation and the judge start with one prefix (rules and sources); the screen between them reads
+    # one paragraph alone. The server's own counters say that each call after the first read the prefix from the
+    # prompt cache, the calls after the screen's included.
     calls = trace["llm_calls"]
     generate = [c for c in calls if c["name"] == "generate"][-1]
     shared = [c for c in calls if c["messages"][0] == generate["messages"][0]]
     names = [c["name"] for c in shared]
     assert names[0] == "grade" and "generate" in names, names
-    assert set(names) <= {"grade", "addressee", "generate", "revise", "support"}, names
+    assert set(names) <= {"grade", "generate", "revise", "support"}, names
+    screened = [c for c in calls if c["name"] == "addressee"]
+    assert screened and calls.index(screened[-1]) < calls.index(generate)
     prefix = shared[0]["prompt_tokens"] - 60  # the first call's prompt less its short task
     assert prefix > len(prompts.answer_system([]).content or "") // 8  # the sources are in it
     reused = [(c["name"], c["cached_tokens"]) for c in shared]

@@ -262,7 +262,8 @@ class AnswerWorkflow(Workflow):
         chosen = chosen[: self._cfg.max_evidence]
         spans = sorted({sp for u in chosen for sp in u.spans}, key=lambda sp: sp.number)
         caller = s.run.caller
-        check = AddresseeCheck(caller, threshold=self._cfg.addressee_threshold_for(caller.model_id("grader")))
+        check = AddresseeCheck(caller, threshold=self._cfg.addressee_threshold_for(caller.model_id("grader")),
+                               db=self._grader(caller).db)  # fmt: skip
         t0 = _begin(ctx, "screen")
         aside, scores = await asyncio.to_thread(check.screen, s.sources, spans)
         s.set_aside = sorted(aside, key=lambda sp: sp.number)

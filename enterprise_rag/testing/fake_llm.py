@@ -33,7 +33,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.custom import CustomLLM
 from pydantic import PrivateAttr
 
-from enterprise_rag.llm.prompts import ADDRESSEES
+from enterprise_rag.llm.prompts import ADDRESSEES, screened_paragraph
 
 Handler = Callable[[list[ChatMessage], dict[str, Any]], Any]
 
@@ -51,6 +51,18 @@ def written_for_readers(messages: Sequence[ChatMessage], kwargs: dict[str, Any])
     """An ``addressee`` handler for text written for its readers: "no" to "written to an AI model", "yes" to
     "written for its readers" (see :mod:`enterprise_rag.answer.checks.addressee`)."""
     return yes_probability(0.0 if ADDRESSEES["model"] in (messages[-1].content or "") else 1.0)
+
+
+def written_to_the_model_if(keyword: str) -> Handler:
+    """An ``addressee`` handler that takes paragraphs containing ``keyword`` as written to an AI model, and every
+    other paragraph as :func:`written_for_readers`."""
+
+    def handler(messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> TokenProbabilities:
+        if keyword.lower() in screened_paragraph(list(messages)).lower():
+            return yes_probability(1.0 if ADDRESSEES["model"] in (messages[-1].content or "") else 0.0)
+        return written_for_readers(messages, kwargs)
+
+    return handler
 
 
 def logprobs_raw(tokens: dict[str, float]) -> dict[str, Any]:

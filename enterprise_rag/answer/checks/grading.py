@@ -24,7 +24,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from llama_index.core.schema import NodeWithScore
 
@@ -73,6 +73,31 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class ProbabilityCache:
+    """Judgements (JSON objects) of texts in the grade cache, keyed by (``scope``, text, ``model``): ``model``
+    names the model, the judgement and a digest of its prompt's wording, so a new wording asks again."""
+
+    def __init__(self, db: Database, model: str, prompt: str, *, scope: str = "") -> None:
+        self._db = db
+        self._model = f"{model}|{_digest(without_block_ids(prompt))[:12]}"
+        self._scope = _digest(scope.strip())
+
+    def get(self, texts: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored judgements of ``texts``, by text."""
+        if not texts:
+            return {}
+        by_hash = {_digest(t): t for t in texts}
+        with self._db.connection() as conn:
+            stored = cached_grades(conn, self._scope, self._model, list(by_hash))
+        return {by_hash[h]: g for h, g in stored.items()}
+
+    def put(self, judged: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Store ``(text, judgement)`` pairs; a text already stored keeps its first judgement."""
+        if judged:
+            with self._db.connection() as conn:
+                store_grades(conn, self._scope, self._model, [(_digest(t), g) for t, g in judged])
+
+
 class Grader:
     """Grades the evidence units of a question; ``thresholds`` are (partial, yes) on p(yes), ``floor`` the dense
     similarity under which a passage is rejected without a call (None: no floor)."""
@@ -80,7 +105,7 @@ class Grader:
     def __init__(
         self, db: Database, caller: LLMCaller, *, thresholds: tuple[float, float], floor: float | None
     ) -> None:
-        self._db = db
+        self.db = db
         self._caller = caller
         self._thresholds = thresholds
         self._floor = floor
@@ -99,14 +124,16 @@ class Grader:
     def grade_units(self, question: str, sources: list[Source], units: Sequence[Evidence]) -> list[Grade]:
         """A grade for each unit, in order; every call starts with ``sources``, as generation does."""
         # The prompt is part of the key: a change of wording must not reuse old grades.
-        prompt = without_block_ids("".join(m.content or "" for m in evidence_messages([], "{question}", "{line}")))
-        model = f"{self._caller.model_id('grader')}|p-yes|{_digest(prompt)[:12]}|evidence"
-        qhash = _digest(question.strip())
-        grades = self._cached(qhash, model, units)
+        prompt = "".join(m.content or "" for m in evidence_messages([], "{question}", "{line}"))
+        cache = ProbabilityCache(self.db, f"{self._caller.model_id('grader')}|p-yes|evidence", prompt, scope=question)
+        stored = cache.get([u.key for u in units])
+        grades = {k: self._from_probability(k, float(g["p_yes"]), "cache") for k, g in stored.items()}
         pending = [u for u in units if u.key not in grades]
         if pending:
             grades.update(self._ask(question, sources, pending))
-            self._store(qhash, model, [u for u in pending if grades[u.key].method == "llm"], grades)
+            cache.put([(u.key, {"p_yes": grades[u.key].confidence, "grade": grades[u.key].grade,
+                                 "reason": grades[u.key].reason})
+                       for u in pending if grades[u.key].method == "llm"])  # fmt: skip
         return [grades[u.key] for u in units]
 
     def passage_grades(self, sources: list[Source], units: Sequence[Evidence], grades: Sequence[Grade]) -> list[Grade]:
@@ -144,20 +171,3 @@ class Grader:
             else:
                 out[unit.key] = self._from_probability(unit.key, p_yes, "llm")
         return out
-
-    def _cached(self, qhash: str, model: str, units: Sequence[Evidence]) -> dict[str, Grade]:
-        """Cached probabilities, labelled with the current thresholds."""
-        if not units:
-            return {}
-        by_hash = {_digest(u.key): u.key for u in units}
-        with self._db.connection() as conn:
-            stored = cached_grades(conn, qhash, model, list(by_hash))
-        return {by_hash[h]: self._from_probability(by_hash[h], float(g["p_yes"]), "cache") for h, g in stored.items()}
-
-    def _store(self, qhash: str, model: str, units: Sequence[Evidence], grades: dict[str, Grade]) -> None:
-        if not units:
-            return
-        entries = [(_digest(u.key), grades[u.key]) for u in units]
-        payloads = [(h, {"p_yes": g.confidence, "grade": g.grade, "reason": g.reason}) for h, g in entries]
-        with self._db.connection() as conn:
-            store_grades(conn, qhash, model, payloads)
