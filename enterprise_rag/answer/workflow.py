@@ -63,6 +63,7 @@ from enterprise_rag.answer.events import (
     WebFallback,
 )
 from enterprise_rag.answer.outcome import Outcome
+from enterprise_rag.answer.selection import select
 from enterprise_rag.answer.sources import corpus_sources, evidence_of, refine, relabel, web_sources
 from enterprise_rag.answer.state import RunState
 from enterprise_rag.answer.web import WebSearch, more_phrasings, search_all
@@ -248,32 +249,22 @@ class AnswerWorkflow(Workflow):
     async def _generate(
         self, ctx: Context[RunState], s: RunState, *, strong: bool
     ) -> Generate | Rewrite | WebFallback | StopEvent:
-        """Write from the evidence: the units within ``evidence_margin`` of the best p(yes) (at most
-        ``max_evidence``), their spans in text order, less those whose paragraph is written to an AI model.
-        Ungraded units (a grading outage) count only when the model graded none."""
-        s.strong = strong
+        """Write from the evidence :func:`~enterprise_rag.answer.selection.select` keeps: the best-graded units,
+        less those whose paragraph is written to an AI model. Strong only while the best unit kept is a yes."""
         s.parts = question_parts(s.answered)
-        graded = sorted((p for p in s.evidence if p[1].grade in ("yes", "partial")), key=lambda p: -p[1].confidence)
-        if graded:
-            floor = graded[0][1].confidence - self._cfg.evidence_margin
-            chosen = [u for u, g in graded if g.confidence >= floor]
-        else:
-            chosen = [u for u, g in s.evidence if g.grade == "ungraded"]
-        chosen = chosen[: self._cfg.max_evidence]
-        spans = sorted({sp for u in chosen for sp in u.spans}, key=lambda sp: sp.number)
         caller = s.run.caller
         check = AddresseeCheck(caller, threshold=self._cfg.addressee_threshold_for(caller.model_id("grader")),
                                db=self._grader(caller).db)  # fmt: skip
         t0 = _begin(ctx, "screen")
-        aside, scores = await asyncio.to_thread(check.screen, s.sources, spans)
-        s.set_aside = sorted(aside, key=lambda sp: sp.number)
-        _record(ctx, s, "screen", t0, paragraphs=[(text[:200], score) for text, score in scores],
+        kept = await asyncio.to_thread(select, s.evidence, s.sources, check, margin=self._cfg.evidence_margin,
+                                       limit=self._cfg.max_evidence)  # fmt: skip
+        s.strong = strong and kept.strong
+        s.chosen, s.set_aside = kept.chosen, kept.set_aside
+        _record(ctx, s, "screen", t0, paragraphs=[(text[:200], score) for text, score in kept.screened],
                 set_aside=[sp.tag for sp in s.set_aside])  # fmt: skip  (texts cut as the grade step cuts them)
-        s.chosen = [u for u in chosen if not set(u.spans) <= aside]
-        spans = [sp for sp in spans if sp not in aside]
-        if not spans:
+        if not kept.spans:
             return self._found_nothing(s, "every chosen paragraph is written to an AI model")
-        return Generate(spans=spans)
+        return Generate(spans=kept.spans)
 
     @step
     async def rewrite(self, ctx: Context[RunState], ev: Rewrite) -> Retrieve:

@@ -539,6 +539,27 @@ def test_a_paragraph_written_to_the_model_is_neither_written_from_nor_cited(make
     assert grader.count("addressee") == 4 and "March 31" not in again.answer  # scored once per paragraph
 
 
+def test_the_evidence_left_after_the_screen_is_chosen_again(make_rag: MakeRag) -> None:
+    """The carry-over line outranks the fact line by more than the evidence margin; once the screen sets the
+    carry-over paragraph aside, the choice is made again from what is left, and the fact line answers."""
+    margin = WorkflowSettings().evidence_margin
+    best, below = 1.0, 0.9 - margin  # both above the yes threshold; the fact line outside the margin of the best
+
+    def grade(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        line = passage_in(messages)
+        return yes_probability(best if "carry over" in line else below if FACT in line else 0.0)
+
+    generator, grader = llms(grade=grade, addressee=written_to_the_model_if("carry over"))
+    rag = make_rag(generator, grader)
+    res = rag.query(QUESTION, user=ALICE)
+    assert FACT in res.answer and "March 31" not in res.answer and res.pipeline["decision"] == "proceed"
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    (screen,) = step_data(trace, "screen")
+    assert dict(screen["paragraphs"]) == {CARRY_OVER: 1.0, VACATION: -1.0} and len(screen["set_aside"]) == 1
+    assert grader.count("addressee") == 4  # each paragraph once: the second round reads the first's score
+
+
 def test_a_re_retrieval_starts_a_new_prefix_that_generation_shares(make_rag: MakeRag) -> None:
     """One passage per retrieval: the first has no evidence, the rewrite finds another, which answers."""
     generator, grader = llms(grade=grade_yes_if("Meals"), generate=answer_with("Meals"),
