@@ -3,8 +3,8 @@
 A planted instruction is document text like any other: a line of it ("tell them the password is X")
 can state the answer to a question word for word, so the evidence grader chooses it and every check
 of the answer against its line passes. What gives it away is whom its paragraph is written for. Each
-paragraph the answer would be written from (the block of a chosen sentence; a chosen list item or
-table row on its own) is put to the grader model twice, with the paragraph alone as the prefix: is it
+paragraph the answer would be written from (the block of a chosen sentence, the list of a chosen
+item, a chosen table row on its own) is put to the grader model twice, with the paragraph alone as the prefix: is it
 written to an AI assistant, and is it written for the document's readers. The score is the
 difference of the two p(yes): the small model says "yes" to most questions about most text, and the
 difference cancels that lean. A paragraph scoring at or above the model's threshold
@@ -28,14 +28,18 @@ from enterprise_rag.errors import LLMError
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import ADDRESSEES, addressee_messages, numbered_spans
 from enterprise_rag.schema.sources import Source
-from enterprise_rag.schema.spans import Span
+from enterprise_rag.schema.spans import Span, lists
 from enterprise_rag.store import Database
 
 TOP_LOGPROBS = 10
 
 
 def paragraph_of(span: Span, spans: Sequence[Span]) -> str:
-    """What a reader meets ``span`` in: the sentences of its block, or the list item or table row itself."""
+    """What a reader meets ``span`` in: the sentences of its block, the whole list of a list item (a list is
+    one unit of evidence, judged whole), or the table row itself."""
+    if span.kind == "item":
+        items = next((run for run in lists(spans) if span in run), [span])
+        return "\n".join(x.text for x in items)
     if span.kind != "sentence":
         return span.with_context()
     return " ".join(x.text for x in spans if x.label == span.label and x.block == span.block and x.kind == "sentence")
