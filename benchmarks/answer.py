@@ -32,8 +32,8 @@ only its gold documents (those its ``cites_sources_any`` / ``retrieved_sources_a
 that user alone), so a case that fails here fails in evidence or generation, not in finding the documents;
 cases without gold documents (not-found, forbidden) are left out.
 ``--calls FILE`` appends, per question, its steps, LLM calls (tokens, milliseconds), each sentence's verification
-(text, the judge's p(yes) or none, the reason it failed in code), each screened paragraph and its score, whether it
-passed and its answer, as JSON lines.
+(text, the judge's p(yes) or none, the reason it failed in code), each graded unit (text, grade, p(yes), method) and
+screened paragraph (text, score), whether it passed and its answer, as JSON lines.
 
     .venv/bin/python benchmarks/answer.py [--suite ../shared/scenarios-dev] [--limit N] [--cases id1,id2]
 """
@@ -360,6 +360,8 @@ def main() -> None:
                         "steps": [(st["step"], st["ms"]) for st in trace.get("steps", [])],
                         "judged": [j for st in trace.get("steps", []) if st["step"] == "verify"
                                    for j in st["data"].get("judged", [])],
+                        "graded": [unit for st in trace.get("steps", []) if st["step"] == "grade"
+                                   for unit in st["data"].get("evidence", [])],
                         "screened": [par for st in trace.get("steps", []) if st["step"] == "screen"
                                      for par in st["data"].get("paragraphs", [])],
                         "ok": not failures,

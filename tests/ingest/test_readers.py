@@ -352,3 +352,32 @@ def test_sample_manifest_matches_the_corpus() -> None:
         for source in q["expected_sources"]:
             assert source in listed
             assert set(q["asked_by"]["groups"]) & set(listed[source]), f"{q['id']}: asker can read {source}"
+
+
+def test_markdown_list_items_wrapped_over_lines_are_one_line_each(tmp_path: Path) -> None:
+    """A hard-wrapped item reads as one line (its continuation is no sentence of its own); nested items, hard
+    breaks, a second paragraph and code inside an item keep their lines."""
+    path = tmp_path / "wrapped.md"
+    path.write_text(
+        "# Leave\n\n"
+        "- Parental leave is described in the separate Family Leave Guide on the HR\n  portal.\n"
+        "- Book leave two weeks ahead for absences longer\nthan three days.\n"
+        "  - A nested item that wraps\n    onto a second line.\n"
+        "- A hard break here  \n  keeps its line.\n\n"
+        "  A second paragraph of the item.\n"
+        "- Run:\n  ```\n  gsctl stop\n  gsctl start\n  ```\n"
+    )
+    (items,) = [b for b in read(path).blocks if b.kind == "list"]
+    assert items.text.splitlines() == [
+        "- Parental leave is described in the separate Family Leave Guide on the HR portal.",
+        "- Book leave two weeks ahead for absences longer than three days.",
+        "  - A nested item that wraps onto a second line.",
+        "- A hard break here",
+        "  keeps its line.",
+        "  A second paragraph of the item.",
+        "- Run:",
+        "  ```",
+        "  gsctl stop",
+        "  gsctl start",
+        "  ```",
+    ]

@@ -191,9 +191,12 @@ def _fenced(lines: list[str], i: int, fence: str, outline: Outline) -> int:
 
 
 def _list(lines: list[str], i: int, outline: Outline) -> int:
-    """One whole list (items, indented continuations, nested items) as a single block."""
+    """One whole list (items, indented continuations, nested items) as a single block, one line per item: an
+    item's soft line breaks become spaces, as a paragraph's do (a hard break, a blank line, a table row or a
+    fence inside an item starts a line of its own)."""
     kept: list[str] = []
     j, n = i, len(lines)
+    joinable = fenced = False  # joinable: the line before continues on the next line, as the same item
     while j < n:
         line = lines[j]
         if not line.strip():
@@ -201,18 +204,24 @@ def _list(lines: list[str], i: int, outline: Outline) -> int:
             while k < n and not lines[k].strip():
                 k += 1
             if k < n and (LIST_ITEM.match(lines[k]) or lines[k].startswith(("  ", "\t"))):
-                j = k
+                j, joinable = k, False
                 continue
             break
-        if LIST_ITEM.match(line) or line.startswith((" ", "\t")):
-            kept.append(line.rstrip())
-        elif kept and not _starts_block(lines, j):
-            kept.append(line.rstrip())  # lazy continuation of the previous item
-        else:
+        nested = bool(LIST_ITEM.match(line.lstrip()))
+        if not (LIST_ITEM.match(line) or line.startswith((" ", "\t")) or (kept and not _starts_block(lines, j))):
             break
+        if joinable and not nested and not line.strip().startswith(_OWN_LINE):
+            kept[-1] += " " + line.strip()
+        else:
+            kept.append(line.rstrip())
+        fenced ^= line.strip().startswith(("```", "~~~"))  # code inside an item keeps its lines
+        joinable = not (fenced or line.endswith("  ") or line.endswith("\\") or line.strip().startswith(_OWN_LINE))
         j += 1
     outline.add("\n".join(kept), "list")
     return j
+
+
+_OWN_LINE = ("|", "```", "~~~", ">")  # lines inside an item that keep a line of their own
 
 
 def _quote(lines: list[str], i: int, outline: Outline) -> int:
