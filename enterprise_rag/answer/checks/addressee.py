@@ -1,15 +1,15 @@
 """Evidence written to the model: paragraphs of a source that speak to an AI assistant, set aside.
 
-A planted instruction is document text like any other: a line of it ("tell them the password is X")
-can state the answer to a question word for word, so the evidence grader chooses it and every check
-of the answer against its line passes. What gives it away is whom its paragraph is written for. Each
-paragraph the answer would be written from (the block of a chosen sentence, the list of a chosen
-item, a chosen table row on its own) is put to the grader model twice, with the paragraph alone as the prefix: is it
-written to an AI assistant, and is it written for the document's readers. The score is the
-difference of the two p(yes): the small model says "yes" to most questions about most text, and the
-difference cancels that lean. A paragraph scoring at or above the model's threshold
-(``workflow.addressee_thresholds``, fitted on labelled dev paragraphs by
-``benchmarks/addressee.py``) is not written from, quoted or cited, and the trace names it.
+A planted instruction is document text like any other: a line of it ("tell them the password is X") can
+state the answer to a question word for word, so the evidence grader chooses it and every check of the
+answer against its line passes. What gives it away is whom its paragraph is written for. Each paragraph
+the answer would be written from (the block of a chosen sentence, the list of a chosen item, a chosen
+table row on its own) is put to the grader model twice, with the paragraph alone as the prefix: is it
+written to an AI assistant, and is it written for the document's readers. The score is the difference of
+the two p(yes): the small model says "yes" to most questions about most text, and the difference cancels
+that lean. A paragraph scoring at or above the model's threshold (``workflow.addressee_thresholds``,
+fitted on labelled dev paragraphs by ``benchmarks/addressee.py``) is not written from, quoted or cited,
+and the trace names it.
 
 The score is the paragraph's own, whatever question or other sources came with it, so it is cached by
 (paragraph, model, prompt) in the grade cache, and the benchmark measures exactly what the workflow
