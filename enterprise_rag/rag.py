@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 
+from enterprise_rag.answer.checks.addressee import AddresseeCheck
 from enterprise_rag.answer.checks.grading import Grader
 from enterprise_rag.answer.runner import AnswerRunner, run_sync
 from enterprise_rag.answer.streaming import StreamEvent, iterate_sync
@@ -257,6 +258,9 @@ class EnterpriseRAG:
             return Grader(self.db, caller, thresholds=cfg.grade_thresholds_for(caller.model_id("grader")),
                           floor=cfg.grade_floor_for(embed_model.model_name))  # fmt: skip
 
+        def screen(caller: LLMCaller) -> AddresseeCheck:
+            return AddresseeCheck(caller, threshold=cfg.addressee_threshold_for(caller.model_id("grader")), db=self.db)
+
         # The web source is built when a query first needs it, not with the workflow.
         def egress_allows(principal: Principal) -> bool:
             return bool(providers.egress_policy.allows(principal))
@@ -266,7 +270,7 @@ class EnterpriseRAG:
             return [] if source is None else source.search(query)
 
         workflow = AnswerWorkflow(
-            retrieve=retrieve, grader=grader, embed_model=embed_model, egress_allows=egress_allows,
+            retrieve=retrieve, grader=grader, screen=screen, embed_model=embed_model, egress_allows=egress_allows,
             web_search=web_search, settings=cfg,
         )  # fmt: skip
         llms = {"generator": providers.generator, "grader": providers.grader}

@@ -93,6 +93,9 @@ class Retrieval(Protocol):
 GraderFactory = Callable[[LLMCaller], Grader]
 """A relevance grader whose LLM calls go through the given (per-run) caller."""
 
+ScreenFactory = Callable[[LLMCaller], AddresseeCheck]
+"""The addressee screen, its LLM calls through the given (per-run) caller."""
+
 EgressCheck = Callable[[Principal], bool]
 """Whether a principal's question may go to the web source."""
 
@@ -125,6 +128,7 @@ class AnswerWorkflow(Workflow):
         *,
         retrieve: Retrieval,
         grader: GraderFactory,
+        screen: ScreenFactory,
         embed_model: BaseEmbedding,
         egress_allows: EgressCheck,
         web_search: WebSearch,
@@ -136,6 +140,7 @@ class AnswerWorkflow(Workflow):
             raise ConfigError(f"workflow.compensations: unknown {', '.join(unknown)} (known: {', '.join(AVAILABLE)})")
         self._retrieve = retrieve
         self._grader = grader
+        self._screen = screen
         self._embed_model = embed_model
         self._egress_allows = egress_allows
         self._web_search = web_search
@@ -252,12 +257,9 @@ class AnswerWorkflow(Workflow):
         """Write from the evidence :func:`~enterprise_rag.answer.selection.select` keeps: the best-graded units,
         less those whose paragraph is written to an AI model. Strong only while the best unit kept is a yes."""
         s.parts = question_parts(s.answered)
-        caller = s.run.caller
-        check = AddresseeCheck(caller, threshold=self._cfg.addressee_threshold_for(caller.model_id("grader")),
-                               db=self._grader(caller).db)  # fmt: skip
         t0 = _begin(ctx, "screen")
-        kept = await asyncio.to_thread(select, s.evidence, s.sources, check, margin=self._cfg.evidence_margin,
-                                       limit=self._cfg.max_evidence)  # fmt: skip
+        kept = await asyncio.to_thread(select, s.evidence, s.sources, self._screen(s.run.caller),
+                                       margin=self._cfg.evidence_margin, limit=self._cfg.max_evidence)  # fmt: skip
         s.strong = strong and kept.strong
         s.chosen, s.set_aside = kept.chosen, kept.set_aside
         _record(ctx, s, "screen", t0, paragraphs=[(text[:200], score) for text, score in kept.screened],

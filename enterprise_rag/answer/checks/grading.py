@@ -105,7 +105,7 @@ class Grader:
     def __init__(
         self, db: Database, caller: LLMCaller, *, thresholds: tuple[float, float], floor: float | None
     ) -> None:
-        self.db = db
+        self._db = db
         self._caller = caller
         self._thresholds = thresholds
         self._floor = floor
@@ -125,7 +125,7 @@ class Grader:
         """A grade for each unit, in order; every call starts with ``sources``, as generation does."""
         # The prompt is part of the key: a change of wording must not reuse old grades.
         prompt = "".join(m.content or "" for m in evidence_messages([], "{question}", "{line}"))
-        cache = ProbabilityCache(self.db, f"{self._caller.model_id('grader')}|p-yes|evidence", prompt, scope=question)
+        cache = ProbabilityCache(self._db, f"{self._caller.model_id('grader')}|p-yes|evidence", prompt, scope=question)
         stored = cache.get([u.key for u in units])
         grades = {k: self._from_probability(k, float(g["p_yes"]), "cache") for k, g in stored.items()}
         pending = [u for u in units if u.key not in grades]
