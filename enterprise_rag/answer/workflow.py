@@ -3,19 +3,19 @@
 prepare -> retrieve -> grade -> decide -> (rewrite -> retrieve ...)* -> [web] -> refine
 -> select -> screen -> generate -> verify -> (revise -> verify)? -> finish -> (rerun)?
 
-Evidence first. The graded passages decide whether the question is answerable: when a passage
-clears the grader model's calibrated "yes" threshold the evidence is strong, and from then on no
-step is offered a refusal. The model then chooses, part by part of the question, the numbered spans
-of the sources that state the answer (a choice constrained to real span numbers; with strong
-evidence and one part, at least one), and writes the answer from those spans alone, every sentence
-naming the spans it rests on; a chosen paragraph the grader model finds written to an AI model rather
-than to its readers is set aside first (:mod:`~enterprise_rag.answer.checks.addressee`). Each
-sentence is verified in code against its spans (numbers, units,
-months, codes, addresses) and judged by the model's calibrated p(yes) that its spans state it.
-Verified sentences accumulate: one revision may replace the failed ones, never a verified one. What
-stays unverified is dropped and the answer is marked partial; a question part with no verified
-sentence is quoted from its chosen spans (strong evidence) or named as missing. "Not found" is what
-remains when no span is chosen or, on weak evidence, nothing verifies; no reply text decides it.
+Evidence first. The graded passages decide whether the question is answerable: when a passage clears
+the grader model's calibrated "yes" threshold the evidence is strong, and from then on no step is
+offered a refusal. The model then chooses, part by part of the question, the numbered spans of the
+sources that state the answer (a choice constrained to real span numbers; with strong evidence and
+one part, at least one), and writes the answer from those spans alone, every sentence naming the
+spans it rests on; a chosen paragraph the grader model finds written to an AI model rather than to
+its readers is set aside first (:mod:`~enterprise_rag.answer.checks.addressee`). Each sentence is
+verified in code against its spans (numbers, units, months, codes, addresses) and judged by the
+model's calibrated p(yes) that its spans state it. Verified sentences accumulate: one revision may
+replace the failed ones, never a verified one. What stays unverified is dropped and the answer is
+marked partial; a question part with no verified sentence is quoted from its chosen spans (strong
+evidence) or named as missing. "Not found" is what remains when no span is chosen or, on weak
+evidence, nothing verifies; no reply text decides it.
 
 Every loop has a cap; every step writes what it did into the trace. Grading and the usefulness check
 fail open; the support judge fails closed (the answer is flagged for review).
@@ -29,9 +29,6 @@ and the instance holds only the dependencies it was built with.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
-from typing import Any, Protocol
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import ChatMessage
@@ -40,14 +37,13 @@ from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 
 from enterprise_rag.answer.assembly import assemble
-from enterprise_rag.answer.checks.addressee import AddresseeCheck
 from enterprise_rag.answer.checks.decision import DecisionResult, decide
 from enterprise_rag.answer.checks.draft import Draft, Sentence, draft_text
-from enterprise_rag.answer.checks.grading import Grader
 from enterprise_rag.answer.checks.parts import question_parts
 from enterprise_rag.answer.checks.support import Judge, usefulness, verdict
 from enterprise_rag.answer.checks.verification import check_values, copies_its_spans, states_nothing
 from enterprise_rag.answer.compensations import AVAILABLE, QUESTION_CODES, unnamed_question_codes
+from enterprise_rag.answer.dependencies import EgressCheck, GraderFactory, Retrieval, ScreenFactory
 from enterprise_rag.answer.events import (
     Ask,
     Drafted,
@@ -57,8 +53,6 @@ from enterprise_rag.answer.events import (
     Retrieve,
     Retrieved,
     Rewrite,
-    StepFinished,
-    StepStarted,
     Verified,
     WebFallback,
 )
@@ -66,6 +60,7 @@ from enterprise_rag.answer.outcome import Outcome
 from enterprise_rag.answer.selection import select
 from enterprise_rag.answer.sources import corpus_sources, evidence_of, refine, relabel, web_sources
 from enterprise_rag.answer.state import RunState
+from enterprise_rag.answer.steps import begin_step, record_step
 from enterprise_rag.answer.web import WebSearch, more_phrasings, search_all
 from enterprise_rag.config import WorkflowSettings
 from enterprise_rag.errors import ConfigError, LLMError, WebSearchError
@@ -73,8 +68,6 @@ from enterprise_rag.llm import prompts
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.llm.untrusted import addresses_model
-from enterprise_rag.principal import Principal
-from enterprise_rag.retrieval.retriever import RetrievalResult
 from enterprise_rag.retrieval.transforms import Chat, concatenated_query, standalone_question
 from enterprise_rag.schema.sources import Source
 
@@ -82,35 +75,6 @@ FLAGGED_ANSWER = (
     "I could not produce an answer that the documents fully support, so this question has been flagged for "
     "review. Please check the cited sources directly."
 )
-
-
-class Retrieval(Protocol):
-    """Permission-scoped retrieval: the best ``top_k`` passages ``principal`` may read for ``query``."""
-
-    def __call__(self, principal: Principal, query: str, top_k: int) -> RetrievalResult: ...
-
-
-GraderFactory = Callable[[LLMCaller], Grader]
-"""A relevance grader whose LLM calls go through the given (per-run) caller."""
-
-ScreenFactory = Callable[[LLMCaller], AddresseeCheck]
-"""The addressee screen, its LLM calls through the given (per-run) caller."""
-
-EgressCheck = Callable[[Principal], bool]
-"""Whether a principal's question may go to the web source."""
-
-
-def _begin(ctx: Context[RunState], name: str) -> float:
-    """Announce a step on the run's event stream; returns its start time."""
-    ctx.write_event_to_stream(StepStarted(name=name))
-    return time.perf_counter()
-
-
-def _record(ctx: Context[RunState], s: RunState, name: str, t0: float, **data: Any) -> None:
-    """Write a step into the run's trace, then onto its event stream."""
-    seconds = time.perf_counter() - t0
-    s.run.recorder.step(name, data, seconds * 1000)
-    ctx.write_event_to_stream(StepFinished(name=name, data=data, seconds=seconds))
 
 
 def _standalone_chat(caller: LLMCaller) -> Chat:
@@ -163,18 +127,18 @@ class AnswerWorkflow(Workflow):
     # -- 1. standalone rewrite
     @step
     async def prepare(self, ctx: Context[RunState], ev: Ask) -> Retrieve:
-        t0 = _begin(ctx, "prepare")
+        t0 = begin_step(ctx, "prepare")
         async with ctx.store.edit_state() as s:
             s.ask = ev
             chat = _standalone_chat(ev.caller)
             s.query, _ = await asyncio.to_thread(standalone_question, chat, ev.question, ev.history)
-            _record(ctx, s, "prepare", t0, needs_retrieval=True, standalone_question=s.query)
+            record_step(ctx, s, "prepare", t0, needs_retrieval=True, standalone_question=s.query)
             return Retrieve(query=s.query)
 
     # -- 2-4. hybrid retrieval, parent merging, rerank (inside the retriever)
     @step
     async def retrieve(self, ctx: Context[RunState], ev: Retrieve) -> Retrieved:
-        t0 = _begin(ctx, "retrieve")
+        t0 = begin_step(ctx, "retrieve")
         async with ctx.store.edit_state() as s:
             s.queries.append(ev.query)
             result = await asyncio.to_thread(self._retrieve, s.run.principal, ev.query, self._cfg.top_k)
@@ -184,7 +148,7 @@ class AnswerWorkflow(Workflow):
                 if n.node.node_id not in s.candidates:
                     s.candidates[n.node.node_id] = n
                     new.append(n)
-            _record(ctx, s, "retrieve", t0, query=ev.query, results=result.trace.get("results"),
+            record_step(ctx, s, "retrieve", t0, query=ev.query, results=result.trace.get("results"),
                     candidates=len(result.trace.get("candidates", [])), merged=result.trace.get("merged"),
                     expanded=result.trace.get("expanded"))  # fmt: skip
             return Retrieved(passages=new)
@@ -192,7 +156,7 @@ class AnswerWorkflow(Workflow):
     # -- 5. evidence grading: the best lines of the question's sources, each judged by p(yes)
     @step
     async def grade(self, ctx: Context[RunState], ev: Retrieved) -> Graded:
-        t0 = _begin(ctx, "grade")
+        t0 = begin_step(ctx, "grade")
         async with ctx.store.edit_state() as s:
             grader = self._grader(s.run.caller)
             rejected, _ = grader.under_floor(ev.passages)
@@ -211,7 +175,7 @@ class AnswerWorkflow(Workflow):
             kept = {g.node_id for g in s.grades.values() if g.evidence}
             planted = {x.source for x in corpus_sources(passages) + s.web
                        if x.node_id in kept and addresses_model(x.text)}  # fmt: skip
-            _record(ctx, s, "grade", t0, sources=[(x.label, x.source, x.page, x.kind) for x in sources],
+            record_step(ctx, s, "grade", t0, sources=[(x.label, x.source, x.page, x.kind) for x in sources],
                     grades=[g.to_dict() for g in s.grades.values()], strips_dropped=dropped,
                     evidence=[(u.text[:200], g.grade, round(g.confidence, 3), g.method) for u, g in s.evidence],
                     decision=d.decision, reason=d.reason, relevance=d.relevance,
@@ -257,12 +221,12 @@ class AnswerWorkflow(Workflow):
         """Write from the evidence :func:`~enterprise_rag.answer.selection.select` keeps: the best-graded units,
         less those whose paragraph is written to an AI model. Strong only while the best unit kept is a yes."""
         s.parts = question_parts(s.answered)
-        t0 = _begin(ctx, "screen")
+        t0 = begin_step(ctx, "screen")
         kept = await asyncio.to_thread(select, s.evidence, s.sources, self._screen(s.run.caller),
                                        margin=self._cfg.evidence_margin, limit=self._cfg.max_evidence)  # fmt: skip
         s.strong = strong and kept.strong
         s.chosen, s.set_aside = kept.chosen, kept.set_aside
-        _record(ctx, s, "screen", t0, paragraphs=[(text[:200], score) for text, score in kept.screened],
+        record_step(ctx, s, "screen", t0, paragraphs=[(text[:200], score) for text, score in kept.screened],
                 set_aside=[sp.tag for sp in s.set_aside])  # fmt: skip  (texts cut as the grade step cuts them)
         if not kept.spans:
             return self._found_nothing(s, "every chosen paragraph is written to an AI model")
@@ -270,7 +234,7 @@ class AnswerWorkflow(Workflow):
 
     @step
     async def rewrite(self, ctx: Context[RunState], ev: Rewrite) -> Retrieve:
-        t0 = _begin(ctx, "rewrite")
+        t0 = begin_step(ctx, "rewrite")
         async with ctx.store.edit_state() as s:
             s.rewrites += 1
             try:
@@ -279,13 +243,13 @@ class AnswerWorkflow(Workflow):
                 query = next((ln.strip().strip('"') for ln in str(reply).splitlines() if ln.strip()), s.query)
             except LLMError:
                 query = s.query
-            _record(ctx, s, "rewrite", t0, reason=ev.reason, query=query, attempt=s.rewrites)
+            record_step(ctx, s, "rewrite", t0, reason=ev.reason, query=query, attempt=s.rewrites)
             return Retrieve(query=query)
 
     # -- 7. guarded web fallback (egress policy checked again here)
     @step
     async def web(self, ctx: Context[RunState], ev: WebFallback) -> Retrieved | StopEvent:
-        t0 = _begin(ctx, "web")
+        t0 = begin_step(ctx, "web")
         cfg = self._cfg
         async with ctx.store.edit_state() as s:
             if not self._egress_allows(s.run.principal):
@@ -301,7 +265,7 @@ class AnswerWorkflow(Workflow):
             except WebSearchError as exc:  # a web outage must not fail the query: go on with the corpus
                 error, results = str(exc), []
             s.web_tried, s.web_used = True, bool(results)
-            _record(ctx, s, "web", t0, reason=ev.reason, phrasings=phrasings, results=[r.url for r in results],
+            record_step(ctx, s, "web", t0, reason=ev.reason, phrasings=phrasings, results=[r.url for r in results],
                     error=error)  # fmt: skip
             if not results and not self._passages(s):
                 return self._done(s, NOT_FOUND_ANSWER, not_found=True)
@@ -311,7 +275,7 @@ class AnswerWorkflow(Workflow):
     # -- 9b. generation from the chosen spans alone (and one revision of the sentences that failed)
     @step
     async def generate(self, ctx: Context[RunState], ev: Generate) -> Drafted:
-        t0 = _begin(ctx, "generate")
+        t0 = begin_step(ctx, "generate")
         async with ctx.store.edit_state() as s:
             if ev.failed:
                 name, messages = "revise", prompts.revise_messages(s.sources, s.answered, ev.spans, ev.failed)
@@ -333,14 +297,14 @@ class AnswerWorkflow(Workflow):
                                              schema=prompts.answer_schema([x.tag for x in ev.spans]),
                                              on_text=drafted)  # fmt: skip
             draft = Draft.from_reply(reply, ev.spans)
-            _record(ctx, s, "generate", t0, revision=bool(ev.failed),
+            record_step(ctx, s, "generate", t0, revision=bool(ev.failed),
                     sentences=[(x.text, [sp.tag for sp in x.spans]) for x in draft.sentences])  # fmt: skip
             return Drafted(draft=draft, spans=ev.spans)
 
     # -- 10-11. each new sentence verified in code against its spans, then judged by the model
     @step
     async def verify(self, ctx: Context[RunState], ev: Drafted) -> Generate | Verified | StopEvent:
-        t0 = _begin(ctx, "verify")
+        t0 = begin_step(ctx, "verify")
         async with ctx.store.edit_state() as s:
             judge = self._judge(s)
             asked = f"{s.answered}\n{s.run.question}"  # the user's own figures may be repeated
@@ -366,7 +330,7 @@ class AnswerWorkflow(Workflow):
                 try:
                     p = await asyncio.to_thread(judge.support, s.sources, sentence)
                 except LLMError as exc:  # fail-closed: an unjudged claim is never reported as supported
-                    _record(ctx, s, "verify", t0, judged=judged, error=str(exc))
+                    record_step(ctx, s, "verify", t0, judged=judged, error=str(exc))
                     s.flagged = True
                     return self._done(s, FLAGGED_ANSWER)
                 judged.append((sentence.text, round(p, 3), ""))
@@ -375,7 +339,7 @@ class AnswerWorkflow(Workflow):
                     known.add(sentence.text)
                 else:
                     failed.append((sentence, "its lines do not state this"))
-            _record(ctx, s, "verify", t0, judged=judged, revision=s.revisions)
+            record_step(ctx, s, "verify", t0, judged=judged, revision=s.revisions)
             if failed and s.revisions < self._cfg.max_revisions:
                 s.revisions += 1
                 return Generate(spans=[x.spans[0] for x, _ in failed], failed=[(x.text, why) for x, why in failed])
@@ -385,19 +349,19 @@ class AnswerWorkflow(Workflow):
     # -- 12-13. the answer assembled from what verified
     @step
     async def finish(self, ctx: Context[RunState], ev: Verified) -> Rewrite | WebFallback | StopEvent:
-        t0 = _begin(ctx, "finish")
+        t0 = begin_step(ctx, "finish")
         async with ctx.store.edit_state() as s:
             fallback = [sp for u in s.chosen for sp in u.spans if sp not in s.set_aside] if s.strong else []
             draft = assemble(s.verified, s.dropped, fallback, s.parts)
             if draft is None:
-                _record(ctx, s, "finish", t0, verified=0, dropped=[x.text for x in s.dropped])
+                record_step(ctx, s, "finish", t0, verified=0, dropped=[x.text for x in s.dropped])
                 return self._found_nothing(s, "no sentence written from the evidence verified")
             answered = len(s.parts) - len(draft.missing)
             best = max((g.confidence for u, g in s.evidence if u in s.chosen), default=0.0)
             s.usefulness = usefulness(len(s.parts), answered, best)
             s.verdict = verdict(sum(1 for x in draft.sentences if not states_nothing(x.text)),
                                 [x.text for x in s.dropped])  # the model's claims, quoted lines aside
-            _record(ctx, s, "finish", t0, verified=len(draft.sentences), dropped=list(draft.dropped),
+            record_step(ctx, s, "finish", t0, verified=len(draft.sentences), dropped=list(draft.dropped),
                     quoted=len(draft.quotes), missing=list(draft.missing), support=s.verdict.to_support_dict(),
                     usefulness=s.usefulness.to_dict())  # fmt: skip
             s.draft = draft

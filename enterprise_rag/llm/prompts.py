@@ -1,12 +1,12 @@
 """Prompts, JSON schemas and the numbered sources block.
 
-Grading, generation and every check after it start with the same system message
-(the rules and the sources), so a local llama.cpp server reads the sources once
-and only the short task part is new for each call; the screen alone reads one
-paragraph without the sources (its prompt cache keeps the shared prefix meanwhile). Retrieved text is untrusted: it
-sits inside a data block with an unforgeable boundary, its structure tokens defused
-(:mod:`enterprise_rag.llm.untrusted`), and the rules put it below themselves and the
-question.
+Grading, generation and every check after it start with the same system message (the
+rules and the sources), so a local llama.cpp server reads the sources once and only
+the short task part is new for each call; the screen alone reads one paragraph
+without the sources (its prompt cache keeps the shared prefix meanwhile). Retrieved
+text is untrusted: it sits inside a data block with an unforgeable boundary, its
+structure tokens defused (:mod:`enterprise_rag.llm.untrusted`), and the rules put it
+below themselves and the question.
 """
 
 from __future__ import annotations

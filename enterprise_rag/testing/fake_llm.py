@@ -47,10 +47,14 @@ def yes_probability(p: float) -> TokenProbabilities:
     return TokenProbabilities({"yes": p, "no": 1.0 - p})
 
 
+def _asks_if_written_to_the_model(messages: Sequence[ChatMessage]) -> bool:
+    return ADDRESSEES["model"] in (messages[-1].content or "")
+
+
 def written_for_readers(messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> TokenProbabilities:
     """An ``addressee`` handler for text written for its readers: "no" to "written to an AI model", "yes" to
     "written for its readers" (see :mod:`enterprise_rag.answer.checks.addressee`)."""
-    return yes_probability(0.0 if ADDRESSEES["model"] in (messages[-1].content or "") else 1.0)
+    return yes_probability(0.0 if _asks_if_written_to_the_model(messages) else 1.0)
 
 
 def written_to_the_model_if(keyword: str) -> Handler:
@@ -59,7 +63,7 @@ def written_to_the_model_if(keyword: str) -> Handler:
 
     def handler(messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> TokenProbabilities:
         if keyword.lower() in screened_paragraph(list(messages)).lower():
-            return yes_probability(1.0 if ADDRESSEES["model"] in (messages[-1].content or "") else 0.0)
+            return yes_probability(1.0 if _asks_if_written_to_the_model(messages) else 0.0)
         return written_for_readers(messages, kwargs)
 
     return handler
