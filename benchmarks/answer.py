@@ -33,7 +33,8 @@ that user alone), so a case that fails here fails in evidence or generation, not
 cases without gold documents (not-found, forbidden) are left out.
 ``--calls FILE`` appends, per question, its steps, LLM calls (tokens, milliseconds), each sentence's verification
 (text, the judge's p(yes) or none, the reason it failed in code), each graded unit (text, grade, p(yes), method) and
-screened paragraph (text, score), whether it passed and its answer, as JSON lines.
+screened paragraph (text, score), each weak-evidence answer grade (with the answer it withheld, if any), whether
+it passed and its answer, as JSON lines.
 
     .venv/bin/python benchmarks/answer.py [--suite ../shared/scenarios-dev] [--limit N] [--cases id1,id2]
 """
@@ -364,6 +365,8 @@ def main() -> None:
                                    for unit in st["data"].get("evidence", [])],
                         "screened": [par for st in trace.get("steps", []) if st["step"] == "screen"
                                      for par in st["data"].get("paragraphs", [])],
+                        "answer_grades": [(st["data"].get("answer_grade"), st["data"].get("withheld"))
+                                          for st in trace.get("steps", []) if st["step"] == "finish"],
                         "ok": not failures,
                         "answer": res.answer,
                         "calls": [{k: c[k] for k in ("name", "prompt_tokens", "cached_tokens", "completion_tokens",

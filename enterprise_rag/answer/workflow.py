@@ -14,8 +14,10 @@ verified in code against its spans (numbers, units, months, codes, addresses) an
 model's calibrated p(yes) that its spans state it. Verified sentences accumulate: one revision may
 replace the failed ones, never a verified one. What stays unverified is dropped and the answer is
 marked partial; a question part with no verified sentence is quoted from its chosen spans (strong
-evidence) or named as missing. "Not found" is what remains when no span is chosen or, on weak
-evidence, nothing verifies; no reply text decides it.
+evidence) or named as missing. On weak evidence the answer is then put to the grader as a line of its
+own: what verified must also state the answer, at the calibrated "yes" threshold (a copied neighbouring
+line verifies, and answers nothing). "Not found" is what remains when no span is chosen or, on weak
+evidence, nothing verifies or what verified does not state the answer; no reply text decides it.
 
 Every loop has a cap; every step writes what it did into the trace. Grading and the usefulness check
 fail open; the support judge fails closed (the answer is flagged for review).
@@ -39,6 +41,7 @@ from workflows.events import StopEvent
 from enterprise_rag.answer.assembly import assemble
 from enterprise_rag.answer.checks.decision import DecisionResult, decide
 from enterprise_rag.answer.checks.draft import Draft, Sentence, draft_text
+from enterprise_rag.answer.checks.grading import Grade
 from enterprise_rag.answer.checks.parts import question_parts
 from enterprise_rag.answer.checks.support import Judge, usefulness, verdict
 from enterprise_rag.answer.checks.verification import check_values, copies_its_spans, states_nothing
@@ -358,14 +361,30 @@ class AnswerWorkflow(Workflow):
                 return self._found_nothing(s, "no sentence written from the evidence verified")
             answered = len(s.parts) - len(draft.missing)
             best = max((g.confidence for u, g in s.evidence if u in s.chosen), default=0.0)
+            grade = await asyncio.to_thread(self._answer_grade, s, draft)
+            if grade is not None:
+                if grade.grade not in ("yes", "ungraded"):
+                    record_step(ctx, s, "finish", t0, verified=len(draft.sentences), answer_grade=grade.to_dict(),
+                            withheld=draft.render())  # fmt: skip
+                    return self._found_nothing(s, "on weak evidence, what verified does not state the answer")
+                best = max(best, grade.confidence)
             s.usefulness = usefulness(len(s.parts), answered, best)
             s.verdict = verdict(sum(1 for x in draft.sentences if not states_nothing(x.text)),
                                 [x.text for x in s.dropped])  # the model's claims, quoted lines aside
             record_step(ctx, s, "finish", t0, verified=len(draft.sentences), dropped=list(draft.dropped),
                     quoted=len(draft.quotes), missing=list(draft.missing), support=s.verdict.to_support_dict(),
-                    usefulness=s.usefulness.to_dict())  # fmt: skip
+                    usefulness=s.usefulness.to_dict(), answer_grade=grade and grade.to_dict())  # fmt: skip
             s.draft = draft
             return self._done(s, draft.render())
+
+    def _answer_grade(self, s: RunState, draft: Draft) -> Grade | None:
+        """On weak evidence, the grader's judgement of what verified, put to it as a line: does it state the
+        answer? A verified line need not answer (a neighbouring fact copies its span). None on strong evidence,
+        and when the evidence is ungraded (a grading outage: fail-open, as grading is)."""
+        if s.strong or all(g.grade == "ungraded" for u, g in s.evidence if u in s.chosen):
+            return None
+        text = "\n".join(x.text for x in draft.cited if not states_nothing(x.text))
+        return self._grader(s.run.caller).grade_texts(s.answered, s.sources, [text])[0]
 
     def _found_nothing(self, s: RunState, reason: str) -> Rewrite | WebFallback | StopEvent:
         """No answer in the current sources: rewrite and retrieve again, then the web, then not found."""

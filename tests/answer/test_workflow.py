@@ -39,11 +39,13 @@ from tests.support.workflow import (
     FACT,
     GRADE_NO,
     GRADE_PARTIAL,
+    P_PARTIAL,
     QUESTION,
     REFUSAL,
     RESTATED,
     Handler,
     answer_with,
+    grade_partial_but_yes_when,
     grade_yes_if,
     llms,
     must_not_run,
@@ -197,6 +199,7 @@ def test_trace_records_steps_evidence_prompts_for_its_owner_only(make_rag: MakeR
     assert [s["step"] for s in trace["steps"]] == STEPS
     (grade,) = step_data(trace, "grade")
     assert grade["decision"] == "proceed"
+    assert step_data(trace, "finish")[0]["answer_grade"] is None  # strong evidence: the answer is not graded
     assert any(label == "yes" and method == "llm" and VACATION in text for text, label, _, method in grade["evidence"])
     assert step_data(trace, "retrieve")[0]["query"] == QUESTION
     ((written, lines),) = step_data(trace, "generate")[0]["sentences"]
@@ -321,20 +324,41 @@ def test_a_greeting_is_no_special_case(make_rag: MakeRag) -> None:
 
 # ---- evidence decides: proceed, augment, fallback --------------------------------------------------------
 def test_augment_rewrites_up_to_the_cap_then_answers_from_partial_evidence(make_rag: MakeRag) -> None:
-    generator, grader = llms(grade=GRADE_PARTIAL)
+    """Weak evidence answers when what verified, put to the grader, states the answer."""
+    generator, grader = llms(grade=grade_partial_but_yes_when(lambda text: text == RESTATED), generate=writes(RESTATED))
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 2})
     res = rag.query(QUESTION, user=ALICE)
 
     p = res.pipeline
     assert p["decision"] == "augment" and p["query_rewrites"] == 2 and grader.count("rewrite") == 2
-    assert p["web_search_used"] is False
-    assert generator.count("generate") == 1 and FACT in res.answer and res.citations
+    assert p["web_search_used"] is False and p["not_found"] is False
+    assert generator.count("generate") == 1 and res.answer == f"{RESTATED} [S1]" and res.citations
     assert res.evaluation["retrieval_relevance"] <= 0.5
+    assert res.evaluation["usefulness"] == {"label": "useful", "score": 1.0}  # the answer's own grade
     trace = rag.trace(res.trace_id, ALICE)
     assert trace is not None
     queries = [d["query"] for d in step_data(trace, "retrieve")]
     assert queries == [QUESTION, "paid vacation days per calendar year", "paid vacation days per calendar year"]
     assert [d["decision"] for d in step_data(trace, "grade")] == ["augment"] * 3
+    (finish,) = step_data(trace, "finish")
+    assert finish["answer_grade"]["grade"] == "yes" and finish["answer_grade"]["node_id"] == RESTATED
+
+
+def test_a_verified_line_that_does_not_state_the_answer_is_a_not_found_on_weak_evidence(make_rag: MakeRag) -> None:
+    """A sentence copied from its line verifies whatever the line says; on weak evidence the answer must also
+    be graded as stating the answer, or it is withheld (and traced) and the outcome is a not-found."""
+    generator, grader = llms(grade=GRADE_PARTIAL)
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
+    res = rag.query(QUESTION, user=ALICE)
+
+    assert res.answer == NOT_FOUND_ANSWER and res.pipeline["not_found"] is True and res.citations == []
+    assert generator.count("generate") == 1 and grader.count("support") == 0  # the copy needed no judge
+    trace = rag.trace(res.trace_id, ALICE)
+    assert trace is not None
+    (finish,) = step_data(trace, "finish")
+    assert finish["answer_grade"]["grade"] == "partial" and finish["withheld"] == f"{VACATION} [S1]"
+    graded = [text for name, msgs in grader.calls if name == "grade" for text in [prompts.graded_line(msgs)]]
+    assert graded[-1] == VACATION  # the verified answer alone, after the evidence units
 
 
 def test_fallback_without_web_is_not_found_without_a_generation_call(make_rag: MakeRag) -> None:
@@ -433,11 +457,15 @@ def test_a_verified_sentence_survives_a_revision_that_drops_it(make_rag: MakeRag
 
 
 def test_a_draft_with_one_unsupported_sentence_returns_the_supported_rest_marked_partial(make_rag: MakeRag) -> None:
-    """On partial evidence (no line clears the strong threshold) a line is never quoted for a failed sentence."""
+    """On partial evidence (no line clears the strong threshold) a line is never quoted for a failed sentence;
+    the verified rest, put to the grader, states the answer."""
     unsupported = "Vacation is paid at double the usual salary rate."
-    partial = sum(WorkflowSettings().grade_thresholds_fallback) / 2
-    generator, grader = llms(grade=lambda m, k: yes_probability(partial if "vacation" in passage_in(m) else 0.0),
-                             generate=writes(VACATION, unsupported), revise=writes(unsupported))  # fmt: skip
+
+    def grade(messages: list[Any], kwargs: dict[str, Any]) -> Any:
+        text = passage_in(messages)
+        return yes_probability(1.0 if text == VACATION else P_PARTIAL if "vacation" in text else 0.0)
+
+    generator, grader = llms(grade=grade, generate=writes(VACATION, unsupported), revise=writes(unsupported))
     rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0})
     res = rag.query(QUESTION, user=ALICE)
     assert res.answer == f"{VACATION} [S1]" and "double" not in res.answer
@@ -653,7 +681,8 @@ def test_augment_with_web_keeps_corpus_passages_and_caps_confidence(make_rag: Ma
         lines = prompts.listed_lines(messages)
         return reply(lines, {n: f"{sentence_with(text, FACT)}." for n, text in lines.items() if FACT in text})
 
-    generator, grader = llms(grade=GRADE_PARTIAL, generate=cite_every_source)
+    both = grade_partial_but_yes_when(lambda text: text.count(FACT) == 2)  # the answer resting on both sources
+    generator, grader = llms(grade=both, generate=cite_every_source)
     rag = make_rag(
         generator, grader, workflow={"max_query_rewrites": 0, "web_confidence_cap": 0.4},
         web_search={"provider": "curated", "curated_dir": str(curated)},

@@ -78,7 +78,18 @@ def grade_all(p_yes: float) -> Handler:
 
 GRADE_NO = grade_all(0.0)
 # Between the (partial, yes) thresholds a grader model without fitted ones gets (the scripted model's).
-GRADE_PARTIAL = grade_all(sum(WorkflowSettings().grade_thresholds_fallback) / 2)
+P_PARTIAL = sum(WorkflowSettings().grade_thresholds_fallback) / 2
+GRADE_PARTIAL = grade_all(P_PARTIAL)
+
+
+def grade_partial_but_yes_when(answers: Callable[[str], bool]) -> Handler:
+    """Weak evidence whose verified answer answers: partial for every text, a certain yes for one ``answers``
+    accepts (the answer put to the grader on weak evidence)."""
+
+    def handler(messages: list[Any], kwargs: dict[str, Any]) -> TokenProbabilities:
+        return yes_probability(1.0 if answers(passage_in(messages)) else P_PARTIAL)
+
+    return handler
 
 
 def reply(lines: dict[int, str], written: dict[int, str]) -> dict[str, str]:

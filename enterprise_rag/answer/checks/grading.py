@@ -123,18 +123,21 @@ class Grader:
 
     def grade_units(self, question: str, sources: list[Source], units: Sequence[Evidence]) -> list[Grade]:
         """A grade for each unit, in order; every call starts with ``sources``, as generation does."""
+        return self.grade_texts(question, sources, [u.key for u in units])
+
+    def grade_texts(self, question: str, sources: list[Source], texts: Sequence[str]) -> list[Grade]:
+        """A grade for each text (a unit's, or an answer's), in order, each keyed by its text."""
         # The prompt is part of the key: a change of wording must not reuse old grades.
         prompt = "".join(m.content or "" for m in evidence_messages([], "{question}", "{line}"))
         cache = ProbabilityCache(self._db, f"{self._caller.model_id('grader')}|p-yes|evidence", prompt, scope=question)
-        stored = cache.get([u.key for u in units])
+        stored = cache.get(list(texts))
         grades = {k: self._from_probability(k, float(g["p_yes"]), "cache") for k, g in stored.items()}
-        pending = [u for u in units if u.key not in grades]
+        pending = list(dict.fromkeys(t for t in texts if t not in grades))
         if pending:
             grades.update(self._ask(question, sources, pending))
-            cache.put([(u.key, {"p_yes": grades[u.key].confidence, "grade": grades[u.key].grade,
-                                 "reason": grades[u.key].reason})
-                       for u in pending if grades[u.key].method == "llm"])  # fmt: skip
-        return [grades[u.key] for u in units]
+            cache.put([(t, {"p_yes": grades[t].confidence, "grade": grades[t].grade, "reason": grades[t].reason})
+                       for t in pending if grades[t].method == "llm"])  # fmt: skip
+        return [grades[t] for t in texts]
 
     def passage_grades(self, sources: list[Source], units: Sequence[Evidence], grades: Sequence[Grade]) -> list[Grade]:
         """Each corpus source's grade: that of its best unit; "no" (unasked) when none of its units was asked."""
@@ -153,21 +156,20 @@ class Grader:
     def _from_probability(self, key: str, p_yes: float, method: Literal["llm", "cache"]) -> Grade:
         return Grade(key, label(p_yes, self._thresholds), f"p(yes)={p_yes:.2f}", p_yes, method)
 
-    def _ask(self, question: str, sources: list[Source], pending: list[Evidence]) -> dict[str, Grade]:
-        """One call per unit, in order, each over the same sources (the server reads them once)."""
+    def _ask(self, question: str, sources: list[Source], pending: list[str]) -> dict[str, Grade]:
+        """One call per text, in order, each over the same sources (the server reads them once)."""
         out: dict[str, Grade] = {}
-        for unit in pending:
-            messages = evidence_messages(sources, question, unit.text)
+        for text in pending:
+            messages = evidence_messages(sources, question, text)
             try:
                 p_yes = self._caller.yes_probability("grader", "grade", messages, top_logprobs=TOP_LOGPROBS)
             except LLMError as exc:
                 logger.warning("grading failed, keeping the remaining evidence ungraded: %s", exc)
                 for rest in pending:
-                    out.setdefault(rest.key, Grade(rest.key, "ungraded", _OUTAGE, 0.0, "fail-open"))
+                    out.setdefault(rest, Grade(rest, "ungraded", _OUTAGE, 0.0, "fail-open"))
                 return out
             if p_yes is None:
-                out[unit.key] = Grade(unit.key, "ungraded", "neither yes nor no among the likely replies", 0.0,
-                                      "fail-open")  # fmt: skip
+                out[text] = Grade(text, "ungraded", "neither yes nor no among the likely replies", 0.0, "fail-open")
             else:
-                out[unit.key] = self._from_probability(unit.key, p_yes, "llm")
+                out[text] = self._from_probability(text, p_yes, "llm")
         return out
