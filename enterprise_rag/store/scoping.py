@@ -1,7 +1,8 @@
 """Who a transaction acts for, signed so that SQL in the session cannot change it.
 
 The second wall behind the ACL predicates in our SQL (``enterprise_rag/sql/0004_row_security.sql``,
-``0007_signed_principal.sql``). Every transaction of the package states who it acts for:
+``0007_signed_principal.sql``, ``0011_principal_per_statement.sql``). Every transaction of the
+package states who it acts for:
 
 * :func:`read_as` -- a read for one user, as ``enterprise_rag_reader``: the policies show
   only rows the principal may read. The block is its own transaction and is rolled back.
@@ -13,7 +14,8 @@ The role and the settings are transaction-local, and ``enterprise_rag.sig`` is a
 them, the backend pid and the transaction's start time, made here with a key that no session
 can read (``rag_secrets``, the owner's). SQL run later in the transaction can change the
 settings or the role but not sign them again, and a signature is worth nothing in another
-transaction: a forged or replayed principal reads no row.
+transaction: a forged or replayed principal reads no row. The policies read the signed principal
+once per statement, so a change within a statement reaches none of its rows.
 """
 
 from __future__ import annotations
