@@ -17,13 +17,13 @@ from enterprise_rag.answer.runner import AnswerRunner, run_sync
 from enterprise_rag.answer.streaming import StreamEvent, iterate_sync
 from enterprise_rag.answer.workflow import AnswerWorkflow
 from enterprise_rag.config import RagSettings, load_settings
-from enterprise_rag.errors import PermissionDeniedError
+from enterprise_rag.errors import IngestError, PermissionDeniedError
 from enterprise_rag.ingest.pipeline import Ingestor
 from enterprise_rag.principal import Principal, require_principal
 from enterprise_rag.providers import Providers
 from enterprise_rag.query_engine import PermissionScopedQueryEngine
 from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions, RetrievalResult
-from enterprise_rag.schema.documents import document_id_for
+from enterprise_rag.schema.documents import acl_names, document_id_for
 from enterprise_rag.schema.ingest import IngestReport, Progress
 from enterprise_rag.schema.result import QueryResult, RetrievedNodes, Trace
 from enterprise_rag.schema.sources import History, WebResult
@@ -31,7 +31,7 @@ from enterprise_rag.store import Database
 from enterprise_rag.store.documents import document_ids_matching
 from enterprise_rag.store.status import store_status
 from enterprise_rag.store.traces import TraceStore
-from enterprise_rag.store.writer import delete_documents
+from enterprise_rag.store.writer import delete_documents, set_access
 
 if TYPE_CHECKING:
     from enterprise_rag.llm.caller import LLMCaller
@@ -146,6 +146,34 @@ class EnterpriseRAG:
         with self.db.connection() as conn:
             ids = document_ids_matching(conn, candidates, str(Path(key).expanduser().resolve()))
             return delete_documents(conn, ids) > 0
+
+    def set_access(
+        self,
+        document_id_or_path: str | Path,
+        allowed_groups: str | Sequence[str] | None = None,
+        allowed_users: str | Sequence[str] | None = None,
+    ) -> bool:
+        """Change who may read a stored document (by id, or by the path it was ingested from): the document and
+        every node of it, in one transaction, logged with both ACLs. The only way besides ingesting its source
+        again; other writes that would change a document's readers are refused. A new ACL naming nobody is
+        refused (fail closed). Returns False when nothing matched.
+
+        >>> rag.set_access("hr/salaries.md", allowed_groups=["hr", "finance"])   # doctest: +SKIP
+        True
+        """
+        key = str(document_id_or_path)
+        groups = acl_names(allowed_groups, "allowed_groups", key)
+        users = acl_names(allowed_users, "allowed_users", key)
+        if not groups and not users:
+            raise IngestError(key, "an ACL naming no group and no user would leave the document to nobody; refused")
+        candidates = [key, document_id_for(str(Path(key).expanduser().resolve()))]
+        with self.db.connection() as conn:
+            ids = document_ids_matching(conn, candidates, str(Path(key).expanduser().resolve()))
+            changed = [(doc, set_access(conn, doc, groups, users)) for doc in ids]
+        for doc, old in changed:
+            logger.info("access of document %s changed: groups %s -> %s, users %s -> %s", doc,
+                        old and old[0], groups, old and old[1], users)  # fmt: skip
+        return any(old is not None for _, old in changed)
 
     def as_retriever(
         self,

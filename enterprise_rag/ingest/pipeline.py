@@ -231,7 +231,7 @@ class Ingestor:
             while docs:
                 existing = stored_document_ids(conn, [d.record.document_id for d in docs])
                 try:
-                    nodes = write_documents(conn, docs)
+                    nodes = write_documents(conn, docs, access_change=True)  # a re-ingest may set a new ACL
                     break
                 except IngestError as exc:  # an id taken since it was checked, or twice in this batch
                     failed.append((exc.path, exc.reason))

@@ -40,6 +40,17 @@ def document_sources(conn: psycopg.Connection, document_ids: Sequence[str]) -> d
     }
 
 
+def document_access(conn: psycopg.Connection, document_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
+    """Who may read each of these stored documents: its (allowed_groups, allowed_users)."""
+    return {
+        r[0]: (list(r[1]), list(r[2]))
+        for r in conn.execute(
+            "SELECT document_id, allowed_groups, allowed_users FROM rag_documents WHERE document_id = ANY(%s)",
+            (list(document_ids),),
+        )
+    }
+
+
 def stored_document_ids(conn: psycopg.Connection, document_ids: Sequence[str]) -> set[str]:
     """Which of these document ids are stored."""
     return {

@@ -28,7 +28,7 @@ import psycopg
 
 from enterprise_rag.errors import IngestError
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
-from enterprise_rag.store.documents import document_sources
+from enterprise_rag.store.documents import document_access, document_sources
 
 NODE_COLUMNS = (
     "node_id", "document_id", "parent_id", "level", "is_leaf", "position", "text", "breadcrumb",
@@ -75,11 +75,13 @@ def _node_rows(doc: PreparedDocument) -> Iterable[tuple[object, ...]]:
         )  # fmt: skip
 
 
-def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument]) -> int:
+def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument], *, access_change: bool = False) -> int:
     """Replace each document's nodes in one transaction; return the number of nodes written.
 
     A document whose id belongs to another source raises :class:`IngestError` naming it, and
-    nothing of the batch is written.
+    nothing of the batch is written. So does one that would change who may read a stored document,
+    unless ``access_change`` says the write is a re-ingest of its source (one ACL per document: a
+    node cannot bring readers of its own to a document).
     """
     if not docs:
         return 0
@@ -89,6 +91,8 @@ def write_documents(conn: psycopg.Connection, docs: Sequence[PreparedDocument]) 
         # Serialise concurrent ingests of the same document; sorted to avoid deadlocks.
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(id)) FROM unnest(%s::text[]) AS id", (ids,))
         refuse_taken_ids(conn, [d.record for d in docs])
+        if not access_change:
+            refuse_access_changes(conn, [d.record for d in docs])
         conn.execute("DELETE FROM rag_nodes WHERE document_id = ANY(%s)", (ids,))
         with conn.cursor() as cur:
             cur.executemany(
@@ -152,6 +156,35 @@ def refuse_taken_ids(conn: psycopg.Connection, records: Sequence[DocumentRecord]
                 f"document_id {rec.document_id!r} already belongs to another document; a document cannot take"
                 " another's id (give it a document_id of its own)",
             )
+
+
+def refuse_access_changes(conn: psycopg.Connection, records: Sequence[DocumentRecord]) -> None:
+    """Raise :class:`IngestError` for the first record that would change who may read its stored document."""
+    stored = document_access(conn, [r.document_id for r in records])
+    for rec in records:
+        old = stored.get(rec.document_id)
+        if old is not None and (set(old[0]), set(old[1])) != (set(rec.allowed_groups), set(rec.allowed_users)):
+            raise IngestError(
+                rec.source,
+                f"the write would change who may read document {rec.document_id!r}; change its access with"
+                " rag.set_access(...) or by ingesting its source again",
+            )
+
+
+def set_access(conn: psycopg.Connection, document_id: str, groups: Sequence[str], users: Sequence[str]
+               ) -> tuple[list[str], list[str]] | None:  # fmt: skip
+    """Give a stored document and all its nodes this ACL in one transaction; its ACL before, or None when the
+    document is not stored. The BM25 triggers keep the per-name leaf counts."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (document_id,))
+        old = document_access(conn, [document_id]).get(document_id)
+        if old is None:
+            return None
+        conn.execute("UPDATE rag_documents SET allowed_groups = %s, allowed_users = %s, updated_at = now()"
+                     " WHERE document_id = %s", (list(groups), list(users), document_id))  # fmt: skip
+        conn.execute("UPDATE rag_nodes SET allowed_groups = %s, allowed_users = %s WHERE document_id = %s",
+                     (list(groups), list(users), document_id))  # fmt: skip
+    return old
 
 
 def delete_documents(conn: psycopg.Connection, document_ids: Sequence[str]) -> int:
