@@ -41,6 +41,9 @@ class DatabaseSettings(Section):
     pool_min_size: int = Field(1, ge=0, description="Connections kept open in the pool.")
     pool_max_size: int = Field(8, ge=1, description="Upper bound of the connection pool.")
     connect_timeout_s: float = Field(10.0, gt=0, description="Seconds to wait for a connection.")
+    app_connection_limit: int = Field(
+        64, ge=1, description="Most sessions the store's login role may hold at once, over every process."
+    )
     text_search_config: str = Field(
         "english", pattern=r"^[a-z_]+$", description="PostgreSQL text search configuration for full-text."
     )

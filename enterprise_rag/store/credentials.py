@@ -20,7 +20,6 @@ from psycopg import sql
 from enterprise_rag.errors import StoreError
 from enterprise_rag.store.scoping import READER_ROLE, WRITER_ROLE
 
-_LOCK_KEY = 7_340_112_002  # advisory lock id: one process provisions at a time
 ROLE_PREFIX = "enterprise_rag_app_"
 
 
@@ -44,10 +43,15 @@ def _pads(key: bytes) -> tuple[bytes, bytes]:
     return bytes(b ^ 0x36 for b in block), bytes(b ^ 0x5C for b in block)
 
 
-def provision(conn: psycopg.Connection, owner_dsn: str) -> AppAccess:
-    """Make (once) and return the login role, its password and the signing key, as the owner."""
+def provision(conn: psycopg.Connection, owner_dsn: str, connection_limit: int) -> AppAccess:
+    """Make (once) and return the login role, its password and the signing key, as the owner.
+
+    The database becomes the store's own: PUBLIC loses CONNECT and TEMPORARY on it (another store's login
+    role may not connect; the writer role keeps TEMPORARY for the bulk write's staging table), and the login
+    role gets at most ``connection_limit`` sessions. Provisioning is serialised by a lock on ``rag_secrets``,
+    a table no role but its owner may touch (an advisory lock would be one any session could hold)."""
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute("LOCK TABLE rag_secrets IN EXCLUSIVE MODE")
         row = conn.execute("SELECT signing_key, app_password FROM rag_secrets").fetchone()
         if row is None:
             key, password = secrets.token_bytes(32), secrets.token_hex(24)
@@ -65,17 +69,19 @@ def provision(conn: psycopg.Connection, owner_dsn: str) -> AppAccess:
             with conn.transaction():
                 conn.execute(
                     sql.SQL(
-                        verb + " ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT NOCREATEDB NOCREATEROLE PASSWORD {}"
-                    ).format(sql.Identifier(role), sql.Literal(password))
+                        verb + " ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT NOCREATEDB NOCREATEROLE"
+                        " CONNECTION LIMIT {} PASSWORD {}"
+                    ).format(sql.Identifier(role), sql.Literal(int(connection_limit)), sql.Literal(password))
                 )
                 conn.execute(
                     sql.SQL("GRANT {}, {} TO {}").format(
                         sql.Identifier(READER_ROLE), sql.Identifier(WRITER_ROLE), sql.Identifier(role)
                     )
                 )
-                conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(
-                    sql.Identifier(database), sql.Identifier(role)
-                ))  # fmt: skip
+                db = sql.Identifier(database)
+                conn.execute(sql.SQL("REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC").format(db))
+                conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(db, sql.Identifier(role)))
+                conn.execute(sql.SQL("GRANT TEMPORARY ON DATABASE {} TO {}").format(db, sql.Identifier(WRITER_ROLE)))
         except psycopg.errors.InsufficientPrivilege as exc:
             user = conn.info.user
             raise StoreError(

@@ -74,7 +74,7 @@ class Database:
             try:
                 with psycopg.connect(dsn, connect_timeout=int(self._settings.connect_timeout_s)) as conn:
                     apply_migrations(conn, self._embed_dim, self._settings.text_search_config)
-                    access = provision(conn, dsn)
+                    access = provision(conn, dsn, self._settings.app_connection_limit)
             except psycopg.OperationalError as exc:
                 raise StoreError(f"cannot connect to PostgreSQL at {self.location}: {exc}") from exc
 

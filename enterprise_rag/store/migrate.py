@@ -1,7 +1,10 @@
 """A small migrator: applies ``enterprise_rag/sql/NNNN_*.sql`` in order, once each, and records them.
 
-Each file runs in its own transaction under an advisory lock, so two processes
-starting together do not race. Re-running is a no-op. No DDL runs at query time.
+The pending files run in one transaction that holds an EXCLUSIVE lock on ``rag_migrations``, so two
+processes starting together do not race. No session of the package's login role can take or hold a lock
+that conflicts with it (its roles may only read that table); an advisory lock, which any session may
+hold, serialises only the creation of ``rag_migrations`` in a new database, before any login role exists.
+Re-running is a no-op. No DDL runs at query time.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 _NAME = re.compile(r"^\d{4}_[a-z0-9_]+\.sql$")
-_LOCK_KEY = 7_340_112_001  # advisory lock id for migrations of this package
+_LOCK_KEY = 7_340_112_001  # advisory lock id: the creation of rag_migrations in a new database
 
 
 def migration_files(sql_dir: Path = SQL_DIR) -> list[Path]:
@@ -39,11 +42,13 @@ def apply_migrations(
     """Apply pending migrations; return the names applied now (empty when up to date)."""
     applied_now: list[str] = []
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS rag_migrations ("
-            " filename text PRIMARY KEY, sha256 text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
+        if conn.execute("SELECT to_regclass('rag_migrations') IS NULL").fetchone() == (True,):
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))  # a new database: no login role yet
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS rag_migrations ("
+                " filename text PRIMARY KEY, sha256 text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+        conn.execute("LOCK TABLE rag_migrations IN EXCLUSIVE MODE")
         done = {row[0]: row[1] for row in conn.execute("SELECT filename, sha256 FROM rag_migrations")}
         for path in migration_files(sql_dir):
             text = path.read_text(encoding="utf-8")
