@@ -111,3 +111,16 @@ class WebSearchError(RagError):
 
 class NotYetAvailableError(RagError, NotImplementedError):
     """A public method whose implementation has not landed yet."""
+
+
+def brief(exc: BaseException) -> str:
+    """What a log above DEBUG may say of a failure: its type and HTTP status, and the type it was raised from;
+    never its message, which an LLM server or a parser can fill with the prompt or a document's text.
+
+    >>> brief(LLMError("'grade' failed: 400 ... the prompt ..."))
+    'LLMError'
+    """
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    out = type(exc).__name__ + (f" (HTTP {status})" if isinstance(status, int) else "")
+    cause = exc.__cause__
+    return f"{out} from {brief(cause)}" if cause is not None else out

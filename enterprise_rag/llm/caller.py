@@ -21,7 +21,7 @@ from typing import Any
 
 from llama_index.core.llms import LLM, ChatMessage
 
-from enterprise_rag.errors import LLMError, LLMUnavailableError
+from enterprise_rag.errors import LLMError, LLMUnavailableError, brief
 from enterprise_rag.llm.untrusted import without_block_ids
 from enterprise_rag.store.traces import TraceRecorder
 
@@ -254,7 +254,8 @@ class LLMCaller:
                 self.stats.failures += 1
                 kwargs["max_tokens"] *= 2
                 logger.warning("LLM call %s attempt %d failed (budget now %d): %s", name, attempt + 1,
-                               kwargs["max_tokens"], exc)  # fmt: skip
+                               kwargs["max_tokens"], brief(exc))  # fmt: skip
+                logger.debug("LLM call %s attempt %d: %s", name, attempt + 1, exc)
                 continue
             except LLMUnavailableError as exc:  # the client already spent its retries: do not multiply them
                 self.stats.failures += 1
@@ -262,7 +263,8 @@ class LLMCaller:
             except Exception as exc:  # timeout, HTTP 429/500, malformed JSON: retry, bounded
                 last = exc
                 self.stats.failures += 1
-                logger.warning("LLM call %s attempt %d failed: %s", name, attempt + 1, exc)
+                logger.warning("LLM call %s attempt %d failed: %s", name, attempt + 1, brief(exc))
+                logger.debug("LLM call %s attempt %d: %s", name, attempt + 1, exc)
                 continue
             ms = (time.perf_counter() - t0) * 1000
             prompt_tokens, cached_tokens, completion_tokens = _usage(response.raw)

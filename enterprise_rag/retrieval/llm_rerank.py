@@ -23,7 +23,7 @@ from llama_index.core.llms import LLM, ChatMessage, MessageRole
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from enterprise_rag.errors import LLMError
+from enterprise_rag.errors import LLMError, brief
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import user
 from enterprise_rag.llm.untrusted import block_body, data_block, fence
@@ -114,6 +114,7 @@ class LLMPointwiseRerank(BaseNodePostprocessor):
                 schema=rerank_schema(ids),
             )  # fmt: skip
         except LLMError as exc:
-            logger.warning("rerank call failed, keeping the fused order: %s", exc)
+            logger.warning("rerank call failed, keeping the fused order: %s", brief(exc))
+            logger.debug("rerank call: %s", exc)
             return None
         return [int(reply[pid]) for pid in ids]

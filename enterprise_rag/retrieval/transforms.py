@@ -16,6 +16,7 @@ from typing import Any
 
 from llama_index.core.llms import LLM, ChatMessage, MessageRole
 
+from enterprise_rag.errors import brief
 from enterprise_rag.llm.prompts import EXPAND_RULES, HYDE_RULES, standalone_messages
 from enterprise_rag.schema.sources import History
 
@@ -56,7 +57,8 @@ def standalone_question(chat: Chat | None, question: str, history: History) -> t
         try:
             reply = chat(standalone_messages(question, history), STANDALONE_MAX_TOKENS)
         except Exception as exc:  # fail-open: retrieval still works without the rewrite
-            logger.warning("standalone rewrite failed, using concatenation: %s", exc)
+            logger.warning("standalone rewrite failed, using concatenation: %s", brief(exc))
+            logger.debug("standalone rewrite: %s", exc)
         else:
             line = next((ln.strip() for ln in reply.splitlines() if ln.strip()), "")
             query = line.strip('"') or question

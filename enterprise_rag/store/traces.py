@@ -171,15 +171,19 @@ def redact(trace: dict[str, Any], unreadable: set[str] | None) -> dict[str, Any]
 
     ``unreadable``: the documents the reader may no longer read (None: not known). Retrieved
     passages go into prompts, model replies, step data and the answer, and a reply can restate a
-    passage in other words, so no finer cut is safe: every prompt, reply, step's data and the
-    answer go, and each citation of an unreadable (or unknown) document. The question,
-    the history the user sent, and step names, timings and token counts stay.
+    passage in other words, so no finer cut is safe: every prompt, reply, step's data, the answer,
+    the error (a server's message can echo its prompt) and the assistant turns of the history (earlier
+    answers) go, and each citation of an unreadable (or unknown) document. The question, the user's own
+    turns of the history, and step names, timings and token counts stay.
     """
 
     def hidden(item: dict[str, Any]) -> bool:
         return unreadable is None or str(item.get("document_id", "")) in unreadable
 
     out = {**trace}
+    out["history"] = [t if t.get("role") == "user" else {**t, "content": REDACTED} for t in trace.get("history") or []]
+    if trace.get("error"):
+        out["error"] = REDACTED
     out["steps"] = [{**s, "data": {"redacted": REDACTED}} for s in trace["steps"]]
     out["llm_calls"] = [{**c, "messages": [], "response": REDACTED} for c in trace["llm_calls"]]
     result = trace.get("result")

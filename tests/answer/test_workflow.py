@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import threading
 import time
@@ -254,6 +255,26 @@ def test_a_trace_is_redacted_for_a_reader_who_lost_access_to_its_documents(make_
     assert rag.trace(res.trace_id, hana) == full  # still in hr: nothing is hidden
     assert rag.delete(str(tmp_path / "hr" / "bonus.md"))
     assert rag.trace(res.trace_id, hana)["result"]["answer"] == REDACTED  # type: ignore[index]  # deleted since
+
+
+def test_redaction_covers_the_error_and_the_assistant_turns_of_the_history(make_rag: MakeRag, tmp_path: Path) -> None:
+    """An earlier answer in the history, and a server's error message echoing its prompt, carry document text."""
+    echoing = failing(RuntimeError("400 Bad Request: prompt too long: The retention bonus ... is 9,400 euros"))
+    generator, grader = llms(grade=grade_yes_if("9,400"), generate=echoing)
+    rag = make_rag(generator, grader, workflow={"llm_max_retries": 0, "max_query_rewrites": 0})
+    assert not rag.ingest(write_docs(tmp_path / "hr", BONUS_DOC), allowed_groups=["hr"]).failed
+    hana = Principal(user_id="hana", groups=["all-staff", "hr"])
+    history = [{"role": "user", "content": BONUS_QUESTION}, {"role": "assistant", "content": "It is 9,400 euros."}]
+    with pytest.raises(LLMError):
+        rag.query("And for grade 8?", user=hana, history=history)
+    (recent,) = [t for t in TraceStore(rag.db).recent(hana) if t["question"] == "And for grade 8?"]
+    full = rag.trace(recent["trace_id"], hana)
+    assert full is not None and "9,400" in str(full["error"]) and full["history"] == history
+
+    trace = rag.trace(recent["trace_id"], Principal(user_id="hana", groups=["all-staff"]))
+    assert trace is not None and "9,400" not in json.dumps(trace, default=str)
+    assert trace["error"] == REDACTED and trace["status"] == "failed"
+    assert trace["history"] == [history[0], {"role": "assistant", "content": REDACTED}]  # the user's own words stay
 
 
 def test_a_trace_whose_documents_were_not_recorded_is_redacted(make_rag: MakeRag, fresh_dsn: str) -> None:
@@ -833,6 +854,20 @@ def test_grader_failure_fails_open_with_ungraded_evidence(make_rag: MakeRag) -> 
     # A failed grading is not cached: the next run asks again.
     rag.query(QUESTION, user=ALICE)
     assert grader.count("grade") == 6
+
+
+def test_a_failed_call_logs_no_prompt_or_source_text_above_debug(
+    make_rag: MakeRag, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server's error message can echo the prompt (the sources): WARNING says what failed, DEBUG the message."""
+    generator, grader = llms(grade=failing(RuntimeError(f"500 Internal Server Error: {VACATION}")))
+    rag = make_rag(generator, grader, workflow={"max_query_rewrites": 0, "llm_max_retries": 1})
+    with caplog.at_level(logging.DEBUG, logger="enterprise_rag"):
+        rag.query(QUESTION, user=ALICE)
+    loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("grade" in m and "RuntimeError" in m for m in loud), loud
+    assert not any(FACT in m or "vacation" in m for m in loud), loud
+    assert any(VACATION in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
 
 
 def test_grader_timeout_is_retried_then_fails_open(make_rag: MakeRag) -> None:

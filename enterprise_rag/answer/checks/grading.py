@@ -29,7 +29,7 @@ from typing import Any, Literal
 from llama_index.core.schema import NodeWithScore
 
 from enterprise_rag.answer.checks.candidates import Evidence
-from enterprise_rag.errors import LLMError
+from enterprise_rag.errors import LLMError, brief
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import evidence_messages
 from enterprise_rag.llm.untrusted import without_block_ids
@@ -164,7 +164,8 @@ class Grader:
             try:
                 p_yes = self._caller.yes_probability("grader", "grade", messages, top_logprobs=TOP_LOGPROBS)
             except LLMError as exc:
-                logger.warning("grading failed, keeping the remaining evidence ungraded: %s", exc)
+                logger.warning("grading failed, keeping the remaining evidence ungraded: %s", brief(exc))
+                logger.debug("grading: %s", exc)
                 for rest in pending:
                     out.setdefault(rest, Grade(rest, "ungraded", _OUTAGE, 0.0, "fail-open"))
                 return out
