@@ -34,6 +34,8 @@ from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.store.writer import delete_documents, set_access
 
 if TYPE_CHECKING:
+    import psycopg
+
     from enterprise_rag.llm.caller import LLMCaller
 
 logger = logging.getLogger(__name__)
@@ -141,11 +143,8 @@ class EnterpriseRAG:
         >>> rag.delete("handbook/old-policy.md")   # doctest: +SKIP
         True
         """
-        key = str(document_id_or_path)
-        candidates = [key, document_id_for(str(Path(key).expanduser().resolve()))]
         with self.db.connection() as conn:
-            ids = document_ids_matching(conn, candidates, str(Path(key).expanduser().resolve()))
-            return delete_documents(conn, ids) > 0
+            return delete_documents(conn, _stored_ids(conn, str(document_id_or_path))) > 0
 
     def set_access(
         self,
@@ -166,10 +165,8 @@ class EnterpriseRAG:
         users = acl_names(allowed_users, "allowed_users", key)
         if not groups and not users:
             raise IngestError(key, "an ACL naming no group and no user would leave the document to nobody; refused")
-        candidates = [key, document_id_for(str(Path(key).expanduser().resolve()))]
         with self.db.connection() as conn:
-            ids = document_ids_matching(conn, candidates, str(Path(key).expanduser().resolve()))
-            changed = [(doc, set_access(conn, doc, groups, users)) for doc in ids]
+            changed = [(doc, set_access(conn, doc, groups, users)) for doc in _stored_ids(conn, key)]
         for doc, old in changed:
             logger.info("access of document %s changed: groups %s -> %s, users %s -> %s", doc,
                         old and old[0], groups, old and old[1], users)  # fmt: skip
@@ -355,3 +352,9 @@ class EnterpriseRAG:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _stored_ids(conn: psycopg.Connection, key: str) -> list[str]:
+    """The stored documents ``key`` names: a document id, or the path a document was ingested from."""
+    source = str(Path(key).expanduser().resolve())
+    return document_ids_matching(conn, [key, document_id_for(source)], source)

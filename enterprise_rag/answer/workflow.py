@@ -362,11 +362,11 @@ class AnswerWorkflow(Workflow):
             answered = len(s.parts) - len(draft.missing)
             best = max((g.confidence for u, g in s.evidence if u in s.chosen), default=0.0)
             grade = await asyncio.to_thread(self._answer_grade, s, draft)
+            if grade is not None and grade.grade not in ("yes", "ungraded"):
+                record_step(ctx, s, "finish", t0, verified=len(draft.sentences), answer_grade=grade.to_dict(),
+                        withheld=draft.render())  # fmt: skip
+                return self._found_nothing(s, "on weak evidence, what verified does not state the answer")
             if grade is not None:
-                if grade.grade not in ("yes", "ungraded"):
-                    record_step(ctx, s, "finish", t0, verified=len(draft.sentences), answer_grade=grade.to_dict(),
-                            withheld=draft.render())  # fmt: skip
-                    return self._found_nothing(s, "on weak evidence, what verified does not state the answer")
                 best = max(best, grade.confidence)
             s.usefulness = usefulness(len(s.parts), answered, best)
             s.verdict = verdict(sum(1 for x in draft.sentences if not states_nothing(x.text)),

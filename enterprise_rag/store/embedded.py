@@ -134,7 +134,7 @@ def _prepare_pgdata(pgserver, data_dir: Path, shared_buffers_mb: int) -> None:  
     script = "".join(f"{statement.as_string(None)};\n" for statement in settings)
     try:
         pgexec("postgres", ("--single", "-D", str(server.pgdata), server.postgres_user),
-                        bin_path=server.bin_path, user=server.system_user, input=script)  # fmt: skip
+               bin_path=server.bin_path, user=server.system_user, input=script)  # fmt: skip
     except Exception as exc:
         raise StoreError(f"could not configure the embedded PostgreSQL in {pgdata}: {exc}") from exc
     hba.write_text(_SCRAM_HBA, encoding="utf-8")  # in place: the server's user keeps owning it
