@@ -147,8 +147,8 @@ def injections(server: str, root: Path) -> tuple[str, str]:
 
 # --- hostile inputs -----------------------------------------------------------------------------------
 # Tables the login role might reach; the first two carry document ACLs, the traces an owner.
-_PROBE_TABLES = ("rag_documents", "rag_nodes", "rag_acl_leaf_counts", "rag_bm25_stats", "rag_bm25_terms",
-                 "rag_bm25_postings", "rag_traces", "rag_trace_steps", "rag_llm_calls", "rag_grade_cache",
+_PROBE_TABLES = ("rag_documents", "rag_nodes", "rag_acl_sets", "rag_bm25_terms", "rag_bm25_postings",
+                 "rag_traces", "rag_trace_steps", "rag_llm_calls", "rag_grade_cache",
                  "rag_meta", "rag_migrations", "rag_secrets", "rag_deferred_indexes")  # fmt: skip
 # What SQL inside a signed read may try, for principal p: (statement, its parameter) -- each in a
 # rolled-back savepoint. Every one changes what the signature covers, or the role.
@@ -167,7 +167,7 @@ _TAMPERING: dict[str, Callable[[Principal], tuple[str, str | None] | None]] = {
 
 def sql_probes(server: str, root: Path, embed_model: Any) -> tuple[str, str]:
     """SQL run as the package's login role, inside signed reads and in a bare session: rows returned
-    beyond what the principal may read (the BM25 statistics, corpus-wide by design, count as readable)."""
+    beyond what the principal may read (a row of the BM25 statistics belongs to its ACL set)."""
     dsn = fresh_database(server, "reliability_sql")
     llm = ScriptedLLM({"grade": yes_probability(0.9), "generate": {}, "rewrite": "policy text"})
     rag = EnterpriseRAG(data_dir=root / "sql", settings=load_settings(None, database={"dsn": dsn}),
@@ -185,6 +185,8 @@ def sql_probes(server: str, root: Path, embed_model: Any) -> tuple[str, str]:
         acl = {r[0]: (set(r[1]), set(r[2])) for r in owner.execute(
             "SELECT document_id, allowed_groups, allowed_users FROM rag_documents")}  # fmt: skip
         trace_owner: dict[str, str] = {r[0]: r[1] for r in owner.execute("SELECT trace_id, user_id FROM rag_traces")}
+        acl_sets = {r[0]: (set(r[1]), set(r[2])) for r in owner.execute(
+            "SELECT acl_id, allowed_groups, allowed_users FROM rag_acl_sets")}  # fmt: skip
     probes: int = 0
     beyond: int = 0
     returned: int = 0  # rows of untampered signed reads (the probe sees data)
@@ -202,15 +204,14 @@ def sql_probes(server: str, root: Path, embed_model: Any) -> tuple[str, str]:
             except psycopg.errors.InsufficientPrivilege:
                 continue
             returned += len(rows) if p is not None else 0
-            if table in ("rag_bm25_stats", "rag_bm25_terms", "rag_bm25_postings") and p is not None:
-                continue
             if "document_id" in names:
                 beyond += sum(1 for r in rows if r[names.index("document_id")] not in readable)
             elif "trace_id" in names:
                 owners = [trace_owner.get(r[names.index("trace_id")]) for r in rows]
                 beyond += sum(1 for o in owners if p is None or o != p.user_id)
-            elif table == "rag_acl_leaf_counts":
-                beyond += sum(1 for r in rows if p is None or r[names.index("name")] not in {*p.groups, p.user_id})
+            elif "acl_id" in names:
+                sets = [acl_sets[r[names.index("acl_id")]] for r in rows]
+                beyond += sum(1 for g, u in sets if p is None or not (g & set(p.groups) or u & {p.user_id}))
             else:
                 beyond += len(rows)
 

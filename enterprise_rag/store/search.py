@@ -5,8 +5,8 @@ parameters; no user-supplied value is ever pasted into SQL. The statement runs a
 the row-level-security-bound reader role (:mod:`enterprise_rag.store.scoping`), a
 second wall that holds even if a predicate here were wrong.
 
-Each half has two branches and one InitPlan picks which runs, from per-ACL-name
-leaf counts (``rag_acl_leaf_counts``), without scanning:
+Each half has two branches and one InitPlan picks which runs, from the leaf counts of the ACL
+sets the principal may read (``rag_acl_sets``), without scanning the leaves:
 
 * small scope (the principal may see fewer than ``exact_scan_below`` leaves):
   the dense half ranks the visible leaves by exact distance; the text half joins
@@ -15,11 +15,12 @@ leaf counts (``rag_acl_leaf_counts``), without scanning:
   n rows); BM25 over every leaf holding a question lexeme, then the ACL checked
   leaf by leaf in score order until n pass.
 
-The text half is BM25 (Lucene's IDF, k1, b; title/heading words weighted) from
-the statistics tables of ``enterprise_rag/sql/0003_bm25.sql``, which triggers keep exact. IDF
-and average length are corpus-wide, as in any shared index: how a principal's
-hits are ordered depends slightly on documents it cannot read, though it never
-receives them or their text.
+The text half is BM25 (Lucene's IDF, k1, b; title/heading words weighted) from the statistics
+that triggers keep exact per ACL set (``enterprise_rag/sql/0013_bm25_per_acl_set.sql``), summed
+over the sets the principal may read: which question words are kept, their IDF and the average
+length come from its readable corpus only, so documents it cannot read change none of its
+text scores or ranks. (The dense half's exact branch is as independent; HNSW's graph, in the
+broad branch, holds every leaf, so what an approximate scan finds can shift with them.)
 """
 
 from __future__ import annotations
@@ -105,16 +106,17 @@ def _status_filter(params: SearchParams) -> str:
 
 
 def _scope_sql(params: SearchParams) -> str:
-    # Whether the principal's scope is small: the leaves naming any of its groups or user ids,
-    # summed from the per-name counts the triggers keep (an upper bound of what it may see; no
-    # scan). Referenced as ``(SELECT small FROM scope)``: an InitPlan, evaluated once, that gates
+    # The ACL sets the principal may read (enterprise_rag/sql/0013_bm25_per_acl_set.sql): their
+    # ids, leaves and total length, the corpus its BM25 statistics come from, and whether its scope
+    # is small. Referenced as ``(SELECT small FROM scope)``: an InitPlan, evaluated once, that gates
     # which branch of each half runs (the other branch is planned but never executed).
     return f"""
     scope AS MATERIALIZED (
-        SELECT coalesce(sum(c.leaves), 0) < {int(params.exact_scan_below)} AS small
-        FROM rag_acl_leaf_counts c
-        WHERE (c.kind = 'g' AND c.name = ANY(%(groups)s::text[]))
-           OR (c.kind = 'u' AND c.name = ANY(%(users)s::text[]))
+        SELECT coalesce(array_agg(a.acl_id), '{{}}') AS ids, coalesce(sum(a.leaves), 0) AS leaves,
+               coalesce(sum(a.total_length), 0) AS total_length,
+               coalesce(sum(a.leaves), 0) < {int(params.exact_scan_below)} AS small
+        FROM rag_acl_sets a
+        WHERE a.allowed_groups && %(groups)s::text[] OR a.allowed_users && %(users)s::text[]
     )"""
 
 
@@ -188,10 +190,13 @@ def _text_sql(params: SearchParams) -> str:
                    {k1 * b!r}::float8 * greatest(s.leaves, 1) / greatest(s.total_length, 1) AS c1,
                    row_number() OVER w AS nth,
                    sum(t.df) OVER w AS postings
-            FROM (SELECT DISTINCT u.lexeme
-                  FROM unnest(to_tsvector(%(cfg)s::regconfig, array_to_string(%(words)s::text[], ' '))) u) q
-            JOIN rag_bm25_terms t ON t.lexeme = q.lexeme
-            CROSS JOIN rag_bm25_stats s
+            FROM (SELECT t.lexeme, sum(t.df) AS df
+                  FROM (SELECT DISTINCT u.lexeme
+                        FROM unnest(to_tsvector(%(cfg)s::regconfig, array_to_string(%(words)s::text[], ' '))) u) q
+                  JOIN rag_bm25_terms t ON t.lexeme = q.lexeme
+                  WHERE t.acl_id = ANY((SELECT ids FROM scope)::integer[])
+                  GROUP BY t.lexeme) t
+            CROSS JOIN scope s
             WHERE t.df > 0
             WINDOW w AS (ORDER BY t.df, t.lexeme ROWS UNBOUNDED PRECEDING)
         ) ranked

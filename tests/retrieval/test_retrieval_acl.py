@@ -16,6 +16,7 @@ return exactly k rows.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -665,7 +666,7 @@ def test_forced_path_really_uses_the_hnsw_index(haystack: Haystack) -> None:
 
 @pytest.mark.parametrize("group", ["rare", "common"])
 def test_bm25_half_reads_postings_through_their_index(haystack: Haystack, group: str) -> None:
-    """Both ACL branches of the text half read postings by index, one range per query lexeme, never by
+    """Both ACL branches of the text half read postings by their key, one range per query lexeme, never by
     scanning the table: with or without statistics, for rare lexemes and for lexemes in every leaf."""
     with psycopg.connect(haystack.dsn, autocommit=True) as conn:
         for analyzed in (False, True):
@@ -680,7 +681,10 @@ def test_bm25_half_reads_postings_through_their_index(haystack: Haystack, group:
                     sql = build_search_sql("text", SearchParams(exact_scan_below=exact_below))
                     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, values))
                     where = (group, analyzed, words, exact_below, plan)
-                    assert "Index Only Scan using rag_bm25_postings_pkey" in plan, where
+                    # an index-only range scan, or a bitmap of the same range when the table was never
+                    # vacuumed (heap fetches either way): one probe of the key per lexeme
+                    key = r"(Index Only Scan using|Bitmap Index Scan on) rag_bm25_postings_pkey"
+                    assert re.search(key, plan), where
                     assert "Seq Scan on rag_bm25_postings" not in plan, where
 
 

@@ -69,9 +69,9 @@ def test_set_access_changes_the_document_and_every_node_and_is_logged(
     assert rag.set_access(salaries, allowed_groups=["hr"]) is True  # and back: the engineer reads nothing again
     assert _readable(rag, ENGINEER) == []
     assert_consistent(fresh_dsn)
-    counted = query_rows(fresh_dsn, "SELECT kind, name, leaves FROM rag_acl_leaf_counts ORDER BY 1, 2")
-    assert counted == query_rows(fresh_dsn, "SELECT 'g', g, count(*) FROM rag_nodes, unnest(allowed_groups) g"
-                                 " WHERE is_leaf GROUP BY g ORDER BY 1, 2")  # the per-name leaf counts followed
+    counted = query_rows(fresh_dsn, "SELECT allowed_groups, allowed_users, leaves FROM rag_acl_sets ORDER BY 1, 2")
+    assert counted == query_rows(fresh_dsn, "SELECT allowed_groups, allowed_users, count(*) FROM rag_nodes"
+                                 " WHERE is_leaf GROUP BY 1, 2 ORDER BY 1, 2")  # the per-ACL-set leaf counts followed
     with pytest.raises(IngestError, match="nobody"):
         rag.set_access(salaries, allowed_groups=[])
     assert rag.set_access("no/such/document.md", allowed_groups=["hr"]) is False

@@ -132,8 +132,14 @@ def test_unfiltered_selects_as_the_reader_return_only_permitted_rows(store: Stor
         assert _ids(conn, "SELECT document_id FROM rag_documents") == allowed
         assert _ids(conn, "SELECT node_id FROM rag_nodes") == {n for d in allowed for n in store.nodes_of[d]}
         assert _ids(conn, "SELECT DISTINCT document_id FROM rag_nodes WHERE is_leaf") == allowed
-        names = set(conn.execute("SELECT kind, name FROM rag_acl_leaf_counts").fetchall())
-        assert names <= {("g", g) for g in p.groups} | {("u", u) for u in p.users}
+        for groups, users in conn.execute("SELECT allowed_groups, allowed_users FROM rag_acl_sets"):
+            assert set(groups) & set(p.groups) or set(users) & set(p.users), (groups, users)
+        # the BM25 statistics: only the postings and words of leaves the principal may read
+        seqs = _ids(conn, "SELECT node_seq FROM rag_nodes WHERE is_leaf")
+        assert _ids(conn, "SELECT node_seq FROM rag_bm25_postings") <= seqs
+        words = _ids(conn, "SELECT DISTINCT u.lexeme FROM rag_nodes n, unnest(n.tsv) u WHERE n.is_leaf")
+        assert _ids(conn, "SELECT lexeme FROM rag_bm25_terms") == words
+        assert _ids(conn, "SELECT lexeme FROM rag_bm25_postings") == words
         assert _ids(conn, "SELECT trace_id FROM rag_traces") == visible_traces(p)
         assert _ids(conn, "SELECT trace_id FROM rag_trace_steps") == visible_traces(p)
         assert _ids(conn, "SELECT trace_id FROM rag_llm_calls") == visible_traces(p)
@@ -225,7 +231,7 @@ def test_migration_is_recorded_once_and_the_role_cannot_bypass_rls(store: Store)
             " AND relnamespace = current_schema()::regnamespace"
         ).fetchall())  # fmt: skip
         private = {"rag_secrets"}  # no grant to any role: no policy needed
-        assert len(rls) == 13 and all(on for name, on in rls.items() if name not in private), rls
+        assert len(rls) == 12 and all(on for name, on in rls.items() if name not in private), rls
 
 
 _HOSTILE = st.one_of(
@@ -292,7 +298,7 @@ def test_a_non_superuser_owner_is_told_what_to_grant_and_then_runs_with_rls(stor
                 write_documents(conn, docs)
                 assert conn.execute("SELECT session_user").fetchone() == (app_role_name(db),)
                 assert _ids(conn, "SELECT document_id FROM rag_nodes") == {"d_staff", "d_eng"}
-                assert conn.execute("SELECT leaves FROM rag_bm25_stats").fetchone() == (2,)
+                assert conn.execute("SELECT sum(leaves) FROM rag_acl_sets").fetchone() == (2,)
             with rag.db.connection_for(Principal("erin", ["eng"])) as conn:
                 assert _ids(conn, "SELECT document_id FROM rag_nodes") == {"d_eng"}
             with rag.db.connection_for(Principal("nobody", [])) as conn:
@@ -307,8 +313,8 @@ def test_a_non_superuser_owner_is_told_what_to_grant_and_then_runs_with_rls(stor
             su.execute(f'DROP ROLE IF EXISTS "{role}"')
 
 
-RLS_TABLES = ("rag_documents", "rag_nodes", "rag_acl_leaf_counts", "rag_bm25_stats", "rag_bm25_terms",
-              "rag_bm25_postings", "rag_traces", "rag_trace_steps", "rag_llm_calls", "rag_grade_cache", "rag_meta",
+RLS_TABLES = ("rag_documents", "rag_nodes", "rag_acl_sets", "rag_bm25_terms", "rag_bm25_postings",
+              "rag_traces", "rag_trace_steps", "rag_llm_calls", "rag_grade_cache", "rag_meta",
               "rag_migrations")  # fmt: skip
 EVERY_TABLE = (*RLS_TABLES, "rag_secrets")
 
@@ -437,7 +443,9 @@ _WIDEN = "set_config('enterprise_rag.groups', %(groups)s, true), set_config('ent
 _READS = {
     "rag_documents": "SELECT document_id FROM rag_documents",
     "rag_nodes": "SELECT document_id FROM rag_nodes",
-    "rag_acl_leaf_counts": "SELECT name FROM rag_acl_leaf_counts",
+    "rag_acl_sets": "SELECT acl_id FROM rag_acl_sets",
+    "rag_bm25_terms": "SELECT lexeme FROM rag_bm25_terms",
+    "rag_bm25_postings": "SELECT node_seq FROM rag_bm25_postings",
     "rag_traces": "SELECT trace_id FROM rag_traces",
     "rag_trace_steps": "SELECT trace_id FROM rag_trace_steps",
     "rag_llm_calls": "SELECT trace_id FROM rag_llm_calls",
@@ -457,9 +465,10 @@ def test_settings_changed_within_one_statement_widen_nothing(store: Store, how: 
     alice = Principal("alice", ["all-staff", "hr"])
     widened = {"groups": "{all-staff,eng,hr}", "users": '{alice,bob,"",ALICE}'}  # other groups', users' rows
     own = {"rag_documents": visible(alice), "rag_nodes": visible(alice), "rag_traces": visible_traces(alice),
-           "rag_trace_steps": visible_traces(alice), "rag_llm_calls": visible_traces(alice),
-           "rag_acl_leaf_counts": set(alice.groups) | set(alice.users)}  # fmt: skip
+           "rag_trace_steps": visible_traces(alice), "rag_llm_calls": visible_traces(alice)}  # fmt: skip
     with store.rag.db.connection_for(alice) as conn:
+        for table in ("rag_acl_sets", "rag_bm25_terms", "rag_bm25_postings"):  # their rows of a plain read
+            own[table] = _ids(conn, _READS[table])
         for table, read in _READS.items():
             with conn.transaction():
                 seen = {r[0] for r in conn.execute(_MID_STATEMENT[how].format(read=read), widened)} - {None}

@@ -1,7 +1,7 @@
 """BM25 full-text search: statistics stay exact through every write path, and the ranking is BM25.
 
 Real embedded PostgreSQL and the real local embedding model. The statistics
-(``rag_bm25_stats``, ``rag_bm25_terms``, ``rag_bm25_postings``) are compared after
+(``rag_acl_sets``, ``rag_bm25_terms``, ``rag_bm25_postings``, all per ACL set) are compared after
 each kind of write with a recount done here in Python from the leaves' ``tsv``
 text, independently of the SQL that maintains them.
 """
@@ -47,48 +47,49 @@ def _parse_tsv(text: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-Stats = tuple[tuple[int, int], dict[str, int], dict[tuple[str, int], tuple[int, int, int]], dict[tuple[str, str], int]]
+Acl = tuple[tuple[str, ...], tuple[str, ...]]
+Stats = tuple[dict[Acl, tuple[int, int]], dict[tuple[str, Acl], int], dict[tuple[str, int], tuple[Acl, int, int, int]]]
 
 
 def _recount(conn: psycopg.Connection) -> Stats:
-    """(leaves, total length), df per lexeme, postings and leaves per ACL name, recounted in Python."""
-    leaves, total = 0, 0
-    df: Counter[str] = Counter()
-    postings: dict[tuple[str, int], tuple[int, int, int]] = {}
-    acl: Counter[tuple[str, str]] = Counter()
+    """Per ACL set (leaves, total length), df per (lexeme, set) and postings, recounted in Python."""
+    sets: dict[Acl, tuple[int, int]] = {}
+    df: Counter[tuple[str, Acl]] = Counter()
+    postings: dict[tuple[str, int], tuple[Acl, int, int, int]] = {}
     rows = conn.execute("SELECT node_seq, tsv::text, allowed_groups, allowed_users FROM rag_nodes WHERE is_leaf")
     for node_seq, tsv, groups, users in rows:
+        acl = (tuple(groups), tuple(users))
         terms = _parse_tsv(tsv)
         length = sum(a + b for a, b in terms.values())
-        leaves += 1
-        total += length
+        leaves, total = sets.get(acl, (0, 0))
+        sets[acl] = (leaves + 1, total + length)
         for lexeme, (a, b) in terms.items():
-            df[lexeme] += 1
-            postings[(lexeme, node_seq)] = (a, b, length)
-        acl.update([("g", g) for g in set(groups)] + [("u", u) for u in set(users)])
-    return (leaves, total), dict(df), postings, dict(acl)
+            df[(lexeme, acl)] += 1
+            postings[(lexeme, node_seq)] = (acl, a, b, length)
+    return sets, dict(df), postings
 
 
 def _stored(conn: psycopg.Connection) -> Stats:
-    stats = conn.execute("SELECT leaves, total_length FROM rag_bm25_stats").fetchall()
-    assert len(stats) == 1
-    df = dict(conn.execute("SELECT lexeme, df FROM rag_bm25_terms").fetchall())
-    postings = {
-        (r[0], r[1]): (r[2], r[3], r[4])
-        for r in conn.execute("SELECT lexeme, node_seq, tf_a, tf_b, length FROM rag_bm25_postings")
+    sets = {
+        r[0]: (r[1], r[2], (tuple(r[3]), tuple(r[4])))
+        for r in conn.execute("SELECT acl_id, leaves, total_length, allowed_groups, allowed_users FROM rag_acl_sets")
     }
-    acl = {(k, n): c for k, n, c in conn.execute("SELECT kind, name, leaves FROM rag_acl_leaf_counts")}
-    return (int(stats[0][0]), int(stats[0][1])), df, postings, acl
+    terms = conn.execute("SELECT lexeme, acl_id, df FROM rag_bm25_terms")
+    df = {(lexeme, sets[acl_id][2]): n for lexeme, acl_id, n in terms}
+    postings = {
+        (r[0], r[1]): (sets[r[2]][2], r[3], r[4], r[5])
+        for r in conn.execute("SELECT lexeme, node_seq, acl_id, tf_a, tf_b, length FROM rag_bm25_postings")
+    }
+    return {acl: (int(n), int(total)) for n, total, acl in sets.values()}, df, postings
 
 
 def _assert_exact(dsn: str, where: str) -> None:
     with psycopg.connect(dsn) as conn:
         want, got = _recount(conn), _stored(conn)
-    assert got[0] == want[0], f"{where}: leaves/total length {got[0]} != recount {want[0]}"
+    assert got[0] == want[0], f"{where}: leaves/total length per ACL set {got[0]} != recount {want[0]}"
     assert got[1] == want[1], f"{where}: document frequencies differ from the recount"
     assert got[2] == want[2], f"{where}: postings differ from the recount"
-    assert got[3] == want[3], f"{where}: leaves per ACL name {got[3]} != recount {want[3]}"
-    assert 0 not in got[1].values() and 0 not in got[3].values(), f"{where}: a zero count was kept"
+    assert 0 not in got[1].values(), f"{where}: a zero document frequency was kept"
 
 
 def _md(title: str, body: str) -> str:
@@ -114,7 +115,7 @@ def test_statistics_equal_a_fresh_recount_after_every_kind_of_write(
     assert len(rag.ingest(docs).added) == 3  # COPY of new nodes
     _assert_exact(fresh_dsn, "after add")
     with psycopg.connect(fresh_dsn) as conn:
-        assert conn.execute("SELECT leaves FROM rag_bm25_stats").fetchone()[0] > 3  # type: ignore[index]
+        assert conn.execute("SELECT sum(leaves) FROM rag_acl_sets").fetchone()[0] > 3  # type: ignore[index]
 
     # replace: the writer deletes the old nodes and copies the new ones in one transaction
     (docs / "alpha.md").write_text(texts["alpha"].replace("thirty days", "fourteen zanzibarine days"), "utf-8")
@@ -147,11 +148,16 @@ def test_statistics_equal_a_fresh_recount_after_every_kind_of_write(
         conn.execute("UPDATE rag_nodes SET allowed_groups = allowed_groups || '{extra}'::text[]")
         conn.commit()
         _assert_exact(fresh_dsn, "after an ACL update")
-        stats_xmin = conn.execute("SELECT xmin::text FROM rag_bm25_stats").fetchone()
+        stats_xmin = conn.execute("SELECT array_agg(xmin::text ORDER BY acl_id) FROM rag_acl_sets").fetchone()
         conn.execute("UPDATE rag_nodes SET status = 'superseded'")
-        conn.commit()
         # an update that changes neither text nor ACL touches no statistics (and takes no lock on them)
-        assert conn.execute("SELECT xmin::text FROM rag_bm25_stats").fetchone() == stats_xmin
+        locks = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE relation = 'rag_acl_sets'::regclass AND pid = pg_backend_pid()"
+            " AND mode = 'ShareRowExclusiveLock'"
+        ).fetchone()
+        assert locks == (0,)
+        conn.commit()
+        assert conn.execute("SELECT array_agg(xmin::text ORDER BY acl_id) FROM rag_acl_sets").fetchone() == stats_xmin
         _assert_exact(fresh_dsn, "after a status update")
         conn.execute(
             "UPDATE rag_nodes SET is_leaf = false WHERE node_id ="
@@ -162,7 +168,7 @@ def test_statistics_equal_a_fresh_recount_after_every_kind_of_write(
         # a rolled-back write leaves the statistics as they were
         before = _stored(conn)
         conn.execute("DELETE FROM rag_nodes")
-        assert _stored(conn)[0] == (0, 0) and _stored(conn)[3] == {}
+        assert _stored(conn) == ({}, {}, {})
         conn.rollback()
         assert _stored(conn) == before
     # the remaining document comes back whole, then the repair recount changes nothing
@@ -176,7 +182,7 @@ def test_statistics_equal_a_fresh_recount_after_every_kind_of_write(
         conn.commit()
     _assert_exact(fresh_dsn, "after truncate")
     with psycopg.connect(fresh_dsn) as conn:
-        assert _stored(conn) == ((0, 0), {}, {}, {})
+        assert _stored(conn) == ({}, {}, {})
 
 
 def test_migration_backfills_an_existing_store(fresh_dsn: str, tmp_path: Path, embed_model) -> None:  # type: ignore[no-untyped-def]
@@ -202,9 +208,10 @@ def test_migration_backfills_an_existing_store(fresh_dsn: str, tmp_path: Path, e
         assert apply_migrations(conn, 384)[:1] == ["0003_bm25.sql"]  # (later migrations follow it)
     _assert_exact(fresh_dsn, "after the backfill")
     with psycopg.connect(fresh_dsn) as conn:
-        assert conn.execute("SELECT leaves FROM rag_bm25_stats").fetchone() == (4,)
+        assert conn.execute("SELECT allowed_groups, allowed_users, leaves FROM rag_acl_sets").fetchall() == [
+            (["staff"], [], 4)
+        ]
         assert conn.execute("SELECT df FROM rag_bm25_terms WHERE lexeme = 'refund'").fetchone() == (4,)
-        assert conn.execute("SELECT kind, name, leaves FROM rag_acl_leaf_counts").fetchall() == [("g", "staff", 4)]
 
 
 # --- ranking ---------------------------------------------------------------------------------------
@@ -389,10 +396,10 @@ def _constraints(conn: psycopg.Connection) -> dict[str, str]:
     return dict(rows.fetchall())
 
 
-def test_rebuild_equals_the_trigger_maintained_statistics_and_the_first_recount(
+def test_rebuild_equals_the_trigger_maintained_statistics(
     rag: EnterpriseRAG, fresh_dsn: str, tmp_path: Path
 ) -> None:
-    """rag_bm25_rebuild() (single pass, 0005) gives exactly what the triggers maintain and what 0003's gave."""
+    """rag_bm25_rebuild() (one pass, 0013) gives exactly what the triggers maintain, keys included."""
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "alpha.md").write_text(
@@ -416,15 +423,5 @@ def test_rebuild_equals_the_trigger_maintained_statistics_and_the_first_recount(
         rebuild_bm25_statistics(conn)
         assert _stored(conn) == maintained
         assert _constraints(conn) == constraints
-        # the recount of enterprise_rag/sql/0003_bm25.sql, run on the same rows, agrees as well
-        first = re.search(
-            r"CREATE FUNCTION rag_bm25_rebuild\(\).*?\$fn\$;", (SQL_DIR / "0003_bm25.sql").read_text(), re.S
-        )
-        assert first is not None
-        conn.execute(
-            first.group(0).replace("CREATE FUNCTION rag_bm25_rebuild()", "CREATE FUNCTION pg_temp.rebuild_0003()")
-        )
-        conn.execute("SELECT pg_temp.rebuild_0003()")
-        assert _stored(conn) == maintained
         conn.rollback()
     _assert_exact(fresh_dsn, "after the rebuild")
