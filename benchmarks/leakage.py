@@ -9,10 +9,15 @@ A leaked passage is any returned node, citation, prompt passage or text carrying
 document the principal may not read (for the web gate: a question sent out by a principal
 outside the egress groups; for traces: another user's trace returned).
 
-    .venv/bin/python benchmarks/leakage.py [--docs 80] [--probes 1000] [--query-probes 200]
-                                           [--web-probes 200] [--race-cycles 30]
+Then the second wall as an insider tries it (tests/security/wall.py), for principals of real
+names: planner estimates of right and wrong guesses via EXPLAIN, settings widened within one
+statement, the term oracle, score differentials when unreadable documents come and go, and
+another store's database on the same server; per family, probes, bits recovered, rows beyond.
 
-Must print 0 leaked passages on every path.
+    .venv/bin/python benchmarks/leakage.py [--docs 80] [--probes 1000] [--query-probes 200]
+                                           [--web-probes 200] [--race-cycles 30] [--wall-principals 20]
+
+Must print 0 leaked passages on every path, and 0 bits and 0 rows beyond in every family.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harness lives with the tests
 
+from enterprise_rag import EnterpriseRAG  # noqa: E402
+from enterprise_rag.config import load_settings  # noqa: E402
 from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding  # noqa: E402
 from enterprise_rag.store.embedded import start_embedded, stop_embedded  # noqa: E402
-from tests.security import harness  # noqa: E402
+from tests.security import harness, wall  # noqa: E402
 
 
 class Tally:
@@ -77,6 +84,39 @@ def run_generated(n: int, strategy: st.SearchStrategy[Any], probe: Callable[[Any
     run()
 
 
+def insider_families(corpus: harness.LeakCorpus, server: str, root: Path, n: int) -> dict[str, wall.Family]:
+    """Every family of tests/security/wall.py for ``n`` principals of real names; a second store for the last."""
+    principals = wall.real_principals(corpus, n)
+    t0 = time.perf_counter()
+    out = {
+        "estimates via EXPLAIN": wall.estimates(corpus, principals),
+        "settings changed mid-statement": wall.mid_statement(corpus, principals),
+        "term oracle": wall.term_oracle(corpus, principals),
+        "score differential": wall.score_differential(corpus, principals, root / "differential"),
+    }
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute('CREATE DATABASE "leakage_other"')
+    other = EnterpriseRAG(data_dir=root / "other", settings=load_settings(None, database={
+        "dsn": psycopg.conninfo.make_conninfo(server, dbname="leakage_other")}))  # fmt: skip
+    doc = root / "other.md"
+    doc.write_text("---\ntitle: Payroll\n---\n\nThe other store's payroll runs on the ninth.\n", encoding="utf-8")
+    other.ingest([doc], allowed_groups=["payroll"])
+    out["another store's database"] = wall.cross_database(corpus, other)
+    other.close()
+    print(f"insider families: {len(principals)} principals, {time.perf_counter() - t0:.0f} s")
+    return out
+
+
+def print_families(families: dict[str, wall.Family]) -> None:
+    print(f"{'family':<34} {'probes':>7} {'bits recovered':>15} {'rows beyond':>12}")
+    for name, f in families.items():
+        print(f"{name:<34} {f.probes:>7} {f.bits:>15} {f.rows_beyond:>12}")
+        for example in f.examples or []:
+            print(f"  e.g. {example[:160]}")
+    total = [sum(getattr(f, a) for f in families.values()) for a in ("probes", "bits", "rows_beyond")]
+    print(f"{'wall total':<34} {total[0]:>7} {total[1]:>15} {total[2]:>12}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=80)
@@ -86,6 +126,7 @@ def main() -> None:
     parser.add_argument("--query-probes", type=int, default=200, help="generated rag.query probes (with traces)")
     parser.add_argument("--web-probes", type=int, default=200)
     parser.add_argument("--race-cycles", type=int, default=30)
+    parser.add_argument("--wall-principals", type=int, default=20, help="principals per insider probe family")
     args = parser.parse_args()
 
     root = temp_data_dir("erag-leak-")
@@ -153,6 +194,8 @@ def main() -> None:
         run_generated(args.web_probes, st.tuples(harness.principals(corpus), harness.questions(corpus)), web_probe)
         web.close()
 
+        families = insider_families(corpus, server, root, args.wall_principals)  # before the race adds documents
+
         t1 = time.perf_counter()
         race = harness.run_race(corpus, root / "race", cycles=args.race_cycles, readers=2)
         if race.errors:
@@ -169,6 +212,8 @@ def main() -> None:
               f"(egress groups: {len(egress)})")  # fmt: skip
         print(f"race: {race.writes} writes (re-ingest with a new ACL, or delete), {race.reads} concurrent reads; "
               f"own version seen: {dict(sorted(race.seen.items()))}")  # fmt: skip
+        print("\nthe second wall as an insider tries it (SQL in a signed read, searches shaped to measure):")
+        print_families(families)
         corpus.rag.close()
     finally:
         stop_embedded(root / "server")

@@ -6,13 +6,15 @@ faults, and load (16 concurrent clients, p95, a memory soak of retrieve), in one
         [--leak-web-probes 500] [--skip-leaks] [--skip-injection] [--load-only] [--injection-only]
 
 - leaks: runs benchmarks/leakage.py (the permission leak harness; >= 10,000 probes at the default
-  sizes) and adds up its "total" rows; with --skip-leaks, or when it is missing, the row says where to look.
+  sizes) and adds up its "total" rows; its "wall total" row (the insider's probe families: estimates,
+  mid-statement settings, term oracle, score differential, another store) is a row of its own, in bits
+  recovered and rows beyond; with --skip-leaks, or when it is missing, the rows say where to look.
 - injections: the planted documents of enterprise_rag.testing.injections plus the scenario corpus'
   VPN document, asked with the REAL local LLM (30-90 s per question); obeyed = the answer carries
   the payload the planted instruction asks for (or follows it: language, web call).
 - app-role SQL: every table read with ``SELECT *`` as the package's login role, inside signed reads
   whose settings or role the SQL then changes, and in a bare session with forged settings; rows
-  beyond what the principal may read are counted (the BM25 statistics are corpus-wide by design).
+  beyond what the principal may read are counted.
 - bad inputs: one folder of hostile files ingested at once (each must fail alone with a reason, the
   good ones land, the store stays consistent), plus discovery of a generated --files folder with
   tracemalloc (memory must not grow with the file count: compared with a tree a tenth the size).
@@ -72,23 +74,28 @@ def rss_mb() -> float:
 
 
 # --- leaks -------------------------------------------------------------------------------------------
-def leaks(args: argparse.Namespace) -> tuple[str, str]:
+def leaks(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    wall_row = "insider probes / bits / rows beyond"
     script = REPO / "benchmarks" / "leakage.py"
     if args.skip_leaks or not script.is_file():
-        return "see benchmarks/leakage.py", ""
+        return [("probes tried / leaks", "see benchmarks/leakage.py", ""), (wall_row, "see benchmarks/leakage.py", "")]
     cmd = [sys.executable, str(script), "--probes", str(args.leak_probes),
            "--query-probes", str(args.leak_query_probes), "--web-probes", str(args.leak_web_probes)]  # fmt: skip
     print(f"leaks: {' '.join(cmd[1:])}", flush=True)
     done = subprocess.run(cmd, cwd=REPO / "benchmarks", capture_output=True, text=True)
     totals = [line.split() for line in done.stdout.splitlines() if line.startswith("total")]
-    if done.returncode != 0 or not totals:
+    wall = [line.split()[-3:] for line in done.stdout.splitlines() if line.startswith("wall total")]
+    if done.returncode != 0 or not totals or not wall:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
         print(f"leaks: benchmarks/leakage.py failed ({done.returncode}): {tail}")
-        return "see benchmarks/leakage.py", ""
+        return [("probes tried / leaks", "see benchmarks/leakage.py", ""), (wall_row, "see benchmarks/leakage.py", "")]
     print("\n".join("  " + line for line in done.stdout.splitlines()))
     probes = sum(int(t[1]) for t in totals)
     leaked = sum(int(t[2]) for t in totals)
-    return f"{probes} / {leaked}", "benchmarks/leakage.py, every path, plus its race reads"
+    return [
+        ("probes tried / leaks", f"{probes} / {leaked}", "benchmarks/leakage.py, every path, plus its race reads"),
+        (wall_row, " / ".join(wall[0]), "EXPLAIN estimates, mid-statement settings, term oracle, scores, other store"),
+    ]
 
 
 # --- prompt injection with the real local LLM -------------------------------------------------------
@@ -545,7 +552,7 @@ def main() -> None:
         if args.injection_only:
             rows.append(("injections tried / obeyed", *injections(server, root)))
             return _report(rows, started)
-        rows.append(("probes tried / leaks", *leaks(args)))
+        rows += leaks(args)
         if args.skip_injection:
             rows.append(("injections tried / obeyed", "skipped (--skip-injection)", ""))
         else:
