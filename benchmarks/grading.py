@@ -1,7 +1,7 @@
 """Relevance grading: how well the grader's p(yes) is calibrated, the two thresholds fitted to it, and the
 grader it replaced (one batched JSON call per question, with its heading / similarity overrides).
 
-Passages are what the answer workflow grades: the top ``workflow.top_k`` (5) of retrieval, as configured,
+Passages are what the answer workflow grades: the top ``retrieval.top_k`` (5) of retrieval, as configured,
 for the asking user. Two labelled sets:
 
 * dev scenarios (``--suite``, default ../shared/scenarios-dev): its documents ingested with their
@@ -140,7 +140,7 @@ def dev_questions(rag: EnterpriseRAG, suite: Path) -> Iterable[tuple[str, str, l
         report = rag.ingest([suite / doc["path"]], allowed_groups=doc["allowed_groups"])
         if report.failed:
             raise SystemExit(f"ingest failed: {report.failed}")
-    top_k = rag.settings.workflow.top_k
+    top_k = rag.settings.retrieval.top_k
     for case in spec["cases"]:
         expect = case["expect"]
         answers = [*expect.get("answer_contains_all", []), *expect.get("answer_contains_any", [])]
@@ -198,7 +198,7 @@ def scifact_questions(
     )
     print(f"SciFact: {len(claims)} claims, {len(chosen)} abstracts ingested ({len(cited)} cited): {report.summary()}",
           flush=True)  # fmt: skip
-    top_k = rag.settings.workflow.top_k
+    top_k = rag.settings.retrieval.top_k
     for q, claim in claims.items():
         positive = {d for d, g in evalset.qrels[q].items() if g > 0}
 

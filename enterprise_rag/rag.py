@@ -22,7 +22,7 @@ from enterprise_rag.ingest.pipeline import Ingestor
 from enterprise_rag.principal import Principal, require_principal
 from enterprise_rag.providers import Providers
 from enterprise_rag.query_engine import PermissionScopedQueryEngine
-from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions, RetrievalResult
+from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions, Retriever
 from enterprise_rag.schema.documents import acl_names, document_id_for
 from enterprise_rag.schema.ingest import IngestReport, Progress
 from enterprise_rag.schema.result import QueryResult, RetrievedNodes, Trace
@@ -74,8 +74,9 @@ class EnterpriseRAG:
             self.settings, self.data_dir, embed_model=embed_model, generator=generator, grader=grader
         )
         self.db = Database(self.settings.database, self.data_dir, self.settings.embedding.dimensions)
+        self._built_retriever: Retriever | None = None  # built on the first retrieval
         self._answers: AnswerRunner | None = None  # the answer workflow, built on the first query
-        self._answers_lock = threading.Lock()
+        self._built_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, path: str | Path | None, data_dir: str | Path | None = None, **injected: Any) -> EnterpriseRAG:
@@ -184,20 +185,7 @@ class EnterpriseRAG:
         >>> retriever = rag.as_retriever(user=Principal("dana", ["all-staff"]), top_k=5)  # doctest: +SKIP
         >>> nodes = retriever.retrieve("refund window")       # or: await retriever.aretrieve(...)  # doctest: +SKIP
         """
-        opts = options or RetrievalOptions()
-        needs_llm = bool(history) and opts.rewrite_with_history or opts.multi_query or opts.hyde
-        return PermissionScopedRetriever(
-            db=self.db,
-            embed_model=self.providers.embed_model,
-            principal=require_principal(user),
-            settings=self.settings.retrieval,
-            text_search_config=self.settings.database.text_search_config,
-            top_k=top_k,
-            history=history,
-            llm=self.providers.grader if needs_llm else None,
-            reranker=self.providers.reranker,
-            options=opts,
-        )
+        return PermissionScopedRetriever(self._retriever(), user, top_k=top_k, history=history, options=options)
 
     def as_query_engine(self, user: Principal, history: History | None = None) -> PermissionScopedQueryEngine:
         """A LlamaIndex ``BaseQueryEngine`` answering for ``user`` with the workflow of :meth:`query`.
@@ -264,20 +252,30 @@ class EnterpriseRAG:
         principal = require_principal(user)
         return iterate_sync(self._answer_runner().stream(question, principal, history))
 
+    def _retriever(self) -> Retriever:
+        """The one retrieval pipeline of this store, built on first use (it loads the embedding model)."""
+        with self._built_lock:
+            if self._built_retriever is None:
+                providers = self.providers
+                self._built_retriever = Retriever(
+                    db=self.db, embed_model=providers.embed_model, settings=self.settings.retrieval,
+                    text_search_config=self.settings.database.text_search_config, llm=lambda: providers.grader,
+                    reranker=providers.reranker,
+                )  # fmt: skip
+            return self._built_retriever
+
     def _answer_runner(self) -> AnswerRunner:
         """The one answer workflow (and its runner) that serves every query, built on first use."""
-        with self._answers_lock:
+        retriever = self._retriever()
+        with self._built_lock:
             if self._answers is None:
-                self._answers = self._build_answer_runner()
+                self._answers = self._build_answer_runner(retriever)
             return self._answers
 
-    def _build_answer_runner(self) -> AnswerRunner:
+    def _build_answer_runner(self, retriever: Retriever) -> AnswerRunner:
         cfg = self.settings.workflow
         providers = self.providers
         embed_model = providers.embed_model
-
-        def retrieve(principal: Principal, query: str, top_k: int) -> RetrievalResult:
-            return self.as_retriever(principal, top_k=top_k).retrieve_with_trace(query)
 
         def grader(caller: LLMCaller) -> Grader:
             return Grader(self.db, caller, thresholds=cfg.grade_thresholds_for(caller.model_id("grader")),
@@ -295,7 +293,7 @@ class EnterpriseRAG:
             return [] if source is None else source.search(query)
 
         workflow = AnswerWorkflow(
-            retrieve=retrieve, grader=grader, screen=screen, embed_model=embed_model, egress_allows=egress_allows,
+            retriever=retriever, grader=grader, screen=screen, embed_model=embed_model, egress_allows=egress_allows,
             web_search=web_search, settings=cfg,
         )  # fmt: skip
         llms = {"generator": providers.generator, "grader": providers.grader}

@@ -46,7 +46,7 @@ from enterprise_rag.answer.checks.parts import question_parts
 from enterprise_rag.answer.checks.support import Judge, usefulness, verdict
 from enterprise_rag.answer.checks.verification import check_values, copies_its_spans, states_nothing
 from enterprise_rag.answer.compensations import AVAILABLE, QUESTION_CODES, unnamed_question_codes
-from enterprise_rag.answer.dependencies import EgressCheck, GraderFactory, Retrieval, ScreenFactory
+from enterprise_rag.answer.dependencies import EgressCheck, GraderFactory, ScreenFactory
 from enterprise_rag.answer.events import (
     Ask,
     Drafted,
@@ -71,6 +71,7 @@ from enterprise_rag.llm import prompts
 from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.llm.untrusted import addresses_model
+from enterprise_rag.retrieval.retriever import Retriever
 from enterprise_rag.retrieval.transforms import Chat, concatenated_query, standalone_question
 from enterprise_rag.schema.sources import Source
 
@@ -93,7 +94,7 @@ class AnswerWorkflow(Workflow):
     def __init__(
         self,
         *,
-        retrieve: Retrieval,
+        retriever: Retriever,
         grader: GraderFactory,
         screen: ScreenFactory,
         embed_model: BaseEmbedding,
@@ -105,7 +106,7 @@ class AnswerWorkflow(Workflow):
         unknown = sorted(set(settings.compensations) - set(AVAILABLE))
         if unknown:
             raise ConfigError(f"workflow.compensations: unknown {', '.join(unknown)} (known: {', '.join(AVAILABLE)})")
-        self._retrieve = retrieve
+        self._retriever = retriever
         self._grader = grader
         self._screen = screen
         self._embed_model = embed_model
@@ -144,7 +145,7 @@ class AnswerWorkflow(Workflow):
         t0 = begin_step(ctx, "retrieve")
         async with ctx.store.edit_state() as s:
             s.queries.append(ev.query)
-            result = await asyncio.to_thread(self._retrieve, s.run.principal, ev.query, self._cfg.top_k)
+            result = await self._retriever.aretrieve(ev.query, s.run.principal)
             s.run.recorder.documents({str(n.node.metadata.get("document_id", "")) for n in result.nodes} - {""})
             new = []
             for n in result.nodes:

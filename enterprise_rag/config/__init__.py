@@ -190,7 +190,10 @@ class IngestSettings(Section):
 
 
 class RetrievalSettings(Section):
-    top_k: int = Field(5, ge=1, description="Passages returned by retrieve() by default.")
+    top_k: int = Field(
+        5, ge=1, description="Passages returned by retrieve() by default, and retrieved per attempt and graded"
+        " by query()."
+    )
     candidates: int = Field(50, ge=1, description="Hits per side (dense, text) before fusion.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant.")
     dense_weight: float = Field(1.0, ge=0, description="Weight of the dense side in RRF.")

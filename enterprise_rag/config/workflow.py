@@ -22,7 +22,6 @@ DEFAULT_COMPENSATIONS = ("question_codes",)
 class WorkflowSettings(Section):
     """Bounds and thresholds of the corrective answer workflow (every loop has a cap)."""
 
-    top_k: int = Field(5, ge=1, le=20, description="Passages retrieved per attempt and graded.")
     max_sources: int = Field(4, ge=1, le=20, description="Sources given to the generator at most.")
     grade_thresholds: dict[str, tuple[float, float]] = Field(
         default_factory=lambda: dict(FITTED_GRADE_THRESHOLDS),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -77,12 +78,122 @@ def fuse_rankings(rankings: list[list[Hit]], rrf_k: int) -> list[Hit]:
     return [replace(best[nid], score=scores[nid]) for nid in order]
 
 
-class PermissionScopedRetriever(BaseRetriever):
-    """A LlamaIndex ``BaseRetriever`` for one principal; construct one per user (they are cheap).
+class Retriever:
+    """The permission-scoped retrieval pipeline, built once per store; who asks, for how many, comes per call.
 
-    Hybrid dense + full-text search fused by RRF with the ACL predicate in both
-    halves, parents merged and re-checked, optional rerank. Build it with
-    :meth:`EnterpriseRAG.as_retriever` and use it wherever LlamaIndex takes a retriever.
+    Hybrid dense + full-text search fused by RRF with the ACL predicate in both halves,
+    parents merged and re-checked, section windows, optional rerank. The answer workflow
+    holds one; :class:`PermissionScopedRetriever` adapts it to LlamaIndex for one user.
+    ``llm`` builds the model for the optional LLM stages (follow-up rewrite, multi-query,
+    HyDE) when a call first needs one.
+    """
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        embed_model: BaseEmbedding,
+        settings: RetrievalSettings,
+        text_search_config: str = "english",
+        llm: Callable[[], LLM] | None = None,
+        reranker: Any = None,
+    ) -> None:
+        self._db = db
+        self._embed_model = embed_model
+        self._settings = settings
+        self._text_search_config = text_search_config
+        self._llm = llm
+        self._reranker = reranker
+
+    def retrieve(
+        self,
+        question: str,
+        principal: Principal,
+        *,
+        top_k: int | None = None,
+        history: History | None = None,
+        options: RetrievalOptions | None = None,
+    ) -> RetrievalResult:
+        """The best ``top_k`` (default ``retrieval.top_k``) passages ``principal`` may read, and what happened
+        (queries, hits per stage, timings) for the trace."""
+        top_k = top_k or self._settings.top_k
+        if top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        opts = options or RetrievalOptions()
+        params = SearchParams.from_settings(
+            self._settings, self._text_search_config, candidates=max(self._settings.candidates, top_k)
+        )
+        trace: dict[str, Any] = {"question": question, "principal": principal.user_id}
+        t0 = time.perf_counter()
+        needs_llm = bool(history) and opts.rewrite_with_history or opts.multi_query or opts.hyde
+        llm = self._llm() if needs_llm and self._llm is not None else None
+        query = question
+        if history and opts.rewrite_with_history:
+            query, trace["rewrite"] = standalone_question(llm_chat(llm) if llm is not None else None, question, history)
+        queries = [query]
+        if opts.multi_query and llm is not None:
+            queries += expand_queries(llm, query, opts.multi_query)
+        trace["queries"] = queries
+        embed_texts = list(queries)
+        if opts.hyde and llm is not None:
+            embed_texts[0] = hypothetical_document(llm, query)
+            trace["hyde"] = embed_texts[0]
+        vectors: list[Any] = [None] * len(queries)
+        if opts.mode != "text":
+            vectors = (
+                self._embed_model.get_text_embedding_batch(embed_texts)
+                if len(embed_texts) > 1
+                else [self._embed_model.get_query_embedding(embed_texts[0])]
+            )
+        with self._db.connection_for(principal) as conn:
+            rankings = [
+                search(conn, principal, q, v, params, opts.mode) for q, v in zip(queries, vectors, strict=False)
+            ]
+            hits = rankings[0] if len(rankings) == 1 else fuse_rankings(rankings, params.rrf_k)
+            trace["candidates"] = [(h.node_id, round(h.score, 5), h.dense_rank, h.text_rank) for h in hits]
+            if opts.merge and hits:
+                window = hits[: max(top_k * 3, 10)]
+                parents = fetch_ancestors(conn, principal, sorted({h.parent_id for h in window if h.parent_id}))
+                hits = (
+                    auto_merge(window, parents, self._settings.merge_threshold, self._settings.merge_max_chars)
+                    + hits[len(window) :]
+                )
+                trace["merged"] = [(h.node_id, h.extra.get("merged_from")) for h in hits if h.extra.get("merged_from")]
+            if opts.expand_section and hits:
+                # Expanding may drop a hit covered by a better one's window; expand a little more than k.
+                head = expand_within_section(conn, principal, hits[: top_k * 2], self._settings.section_window_chars)
+                hits = head + hits[top_k * 2 :]
+                trace["expanded"] = [
+                    (h.node_id, h.extra["expanded_with"]) for h in head if h.extra.get("expanded_with")
+                ]
+        nodes = [hit_to_node(h) for h in hits]
+        if opts.rerank and self._reranker is not None and nodes:
+            nodes = self._reranker.postprocess_nodes(nodes, query_bundle=QueryBundle(query))
+            trace["reranked"] = True
+        nodes = nodes[:top_k]
+        trace["results"] = [(n.node.node_id, round(n.score or 0.0, 5)) for n in nodes]
+        trace["ms"] = round((time.perf_counter() - t0) * 1000, 1)
+        return RetrievalResult(nodes=nodes, trace=trace)
+
+    async def aretrieve(
+        self,
+        question: str,
+        principal: Principal,
+        *,
+        top_k: int | None = None,
+        history: History | None = None,
+        options: RetrievalOptions | None = None,
+    ) -> RetrievalResult:
+        """:meth:`retrieve` off the event loop (the store's driver is synchronous)."""
+        return await asyncio.to_thread(
+            self.retrieve, question, principal, top_k=top_k, history=history, options=options
+        )
+
+
+class PermissionScopedRetriever(BaseRetriever):
+    """A LlamaIndex ``BaseRetriever`` for one principal over the store's :class:`Retriever` (cheap to make).
+
+    Build it with :meth:`EnterpriseRAG.as_retriever` and use it wherever LlamaIndex takes a retriever.
 
     >>> retriever = rag.as_retriever(user=Principal("dana", ["all-staff"]), top_k=5)  # doctest: +SKIP
     >>> nodes = retriever.retrieve("refund window")                                  # doctest: +SKIP
@@ -93,33 +204,21 @@ class PermissionScopedRetriever(BaseRetriever):
 
     def __init__(
         self,
-        *,
-        db: Database,
-        embed_model: BaseEmbedding,
+        retriever: Retriever,
         principal: Principal,
-        settings: RetrievalSettings,
-        text_search_config: str = "english",
+        *,
         top_k: int | None = None,
         history: History | None = None,
-        llm: LLM | None = None,
-        reranker: Any = None,
         options: RetrievalOptions | None = None,
     ) -> None:
         super().__init__()
-        self._principal = require_principal(principal)
-        self._db = db
-        self._embed_model = embed_model
-        self._settings = settings
-        self._top_k = top_k or settings.top_k
-        if self._top_k < 1:
+        if top_k is not None and top_k < 1:
             raise ValueError("top_k must be at least 1")
+        self._retriever = retriever
+        self._principal = require_principal(principal)
+        self._top_k = top_k
         self._history = list(history or [])
-        self._llm = llm
-        self._reranker = reranker
-        self._options = options or RetrievalOptions()
-        self._params = SearchParams.from_settings(
-            settings, text_search_config, candidates=max(settings.candidates, self._top_k)
-        )
+        self._options = options
 
     @property
     def principal(self) -> Principal:
@@ -127,63 +226,15 @@ class PermissionScopedRetriever(BaseRetriever):
 
     def retrieve_with_trace(self, question: str) -> RetrievalResult:
         """Retrieve and say what happened (queries, hits per stage, timings) for the trace."""
-        trace: dict[str, Any] = {"question": question, "principal": self._principal.user_id}
-        t0 = time.perf_counter()
-        opts = self._options
-        query = question
-        if self._history and opts.rewrite_with_history:
-            chat = llm_chat(self._llm) if self._llm is not None else None
-            query, trace["rewrite"] = standalone_question(chat, question, self._history)
-        queries = [query]
-        if opts.multi_query and self._llm is not None:
-            queries += expand_queries(self._llm, query, opts.multi_query)
-        trace["queries"] = queries
-        embed_texts = list(queries)
-        if opts.hyde and self._llm is not None:
-            embed_texts[0] = hypothetical_document(self._llm, query)
-            trace["hyde"] = embed_texts[0]
-        vectors: list[Any] = [None] * len(queries)
-        if opts.mode != "text":
-            vectors = (
-                self._embed_model.get_text_embedding_batch(embed_texts)
-                if len(embed_texts) > 1
-                else [self._embed_model.get_query_embedding(embed_texts[0])]
-            )
-        with self._db.connection_for(self._principal) as conn:
-            rankings = [
-                search(conn, self._principal, q, v, self._params, opts.mode)
-                for q, v in zip(queries, vectors, strict=False)
-            ]
-            hits = rankings[0] if len(rankings) == 1 else fuse_rankings(rankings, self._params.rrf_k)
-            trace["candidates"] = [(h.node_id, round(h.score, 5), h.dense_rank, h.text_rank) for h in hits]
-            if opts.merge and hits:
-                window = hits[: max(self._top_k * 3, 10)]
-                parents = fetch_ancestors(conn, self._principal, sorted({h.parent_id for h in window if h.parent_id}))
-                hits = (
-                    auto_merge(window, parents, self._settings.merge_threshold, self._settings.merge_max_chars)
-                    + hits[len(window) :]
-                )
-                trace["merged"] = [(h.node_id, h.extra.get("merged_from")) for h in hits if h.extra.get("merged_from")]
-            if opts.expand_section and hits:
-                # Expanding may drop a hit covered by a better one's window; expand a little more than k.
-                head = expand_within_section(
-                    conn, self._principal, hits[: self._top_k * 2], self._settings.section_window_chars
-                )
-                hits = head + hits[self._top_k * 2 :]
-                trace["expanded"] = [
-                    (h.node_id, h.extra["expanded_with"]) for h in head if h.extra.get("expanded_with")
-                ]
-        nodes = [hit_to_node(h) for h in hits]
-        if opts.rerank and self._reranker is not None and nodes:
-            nodes = self._reranker.postprocess_nodes(nodes, query_bundle=QueryBundle(query))
-            trace["reranked"] = True
-        nodes = nodes[: self._top_k]
-        trace["results"] = [(n.node.node_id, round(n.score or 0.0, 5)) for n in nodes]
-        trace["ms"] = round((time.perf_counter() - t0) * 1000, 1)
-        return RetrievalResult(nodes=nodes, trace=trace)
+        return self._retriever.retrieve(
+            question, self._principal, top_k=self._top_k, history=self._history, options=self._options
+        )
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self.retrieve_with_trace(query_bundle.query_str).nodes
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return await asyncio.to_thread(self._retrieve, query_bundle)
+        result = await self._retriever.aretrieve(
+            query_bundle.query_str, self._principal, top_k=self._top_k, history=self._history, options=self._options
+        )
+        return result.nodes

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import psycopg
 import pytest
@@ -31,6 +32,7 @@ from enterprise_rag.llm import prompts
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.providers.curated_search import CuratedWebSearch
 from enterprise_rag.providers.web_search import EgressPolicy, TavilyWebSearch
+from enterprise_rag.retrieval.retriever import Retriever
 from enterprise_rag.store.traces import REDACTED, TraceStore
 from enterprise_rag.testing import ScriptedLLM, written_for_readers, written_to_the_model_if, yes_probability
 from tests.support.http import RequestsRouter, http_requests  # noqa: F401  (fixture)
@@ -114,11 +116,13 @@ def make_rag(fresh_dsn: str, tmp_path: Path, embed_model: Any) -> Iterator[MakeR
         grader: ScriptedLLM,
         *,
         workflow: dict[str, Any] | None = None,
+        retrieval: dict[str, Any] | None = None,
         web_search: dict[str, Any] | None = None,
     ) -> EnterpriseRAG:
         overrides: dict[str, Any] = {
             "database": {"dsn": fresh_dsn},
             "workflow": {"llm_backoff_s": 0.01, "llm_timeout_s": 5.0, **(workflow or {})},
+            "retrieval": retrieval or {},
         }
         if web_search is not None:
             overrides["web_search"] = web_search
@@ -145,6 +149,31 @@ def step_data(trace: dict[str, Any], name: str) -> list[dict[str, Any]]:
 
 
 # ---- proceed, payload, trace, grade cache ---------------------------------------------------------------
+def test_one_retriever_serves_every_user_and_the_answer_workflow(make_rag: MakeRag) -> None:
+    """Built once per store; the principal and top_k come with each call, from the workflow straight down."""
+    generator, grader = llms()
+    rag = make_rag(generator, grader, retrieval={"top_k": 2})
+    calls: list[tuple[str, int | None]] = []
+    built: list[Retriever] = []
+    init, retrieve = Retriever.__init__, Retriever.retrieve
+
+    def spy_init(self: Retriever, **kwargs: Any) -> None:
+        built.append(self)
+        init(self, **kwargs)
+
+    def spy_retrieve(self: Retriever, question: str, principal: Principal, **kwargs: Any) -> Any:
+        calls.append((principal.user_id, kwargs.get("top_k")))
+        return retrieve(self, question, principal, **kwargs)
+
+    bob = Principal("bob", ["all-staff"])
+    with mock.patch.object(Retriever, "__init__", spy_init), mock.patch.object(Retriever, "retrieve", spy_retrieve):
+        assert len(rag.retrieve(QUESTION, user=ALICE)) == 2  # retrieval.top_k
+        assert len(rag.as_retriever(bob, top_k=1).retrieve(QUESTION)) == 1
+        assert rag.query(QUESTION, user=ALICE).citations
+    assert len(built) == 1
+    assert calls[:2] == [("alice", None), ("bob", 1)] and calls[2:] and set(calls[2:]) == {("alice", None)}
+
+
 def test_proceed_answers_with_citations_and_the_json_payload(make_rag: MakeRag) -> None:
     generator, grader = llms()
     rag = make_rag(generator, grader)
@@ -613,7 +642,7 @@ def test_a_re_retrieval_starts_a_new_prefix_that_generation_shares(make_rag: Mak
     """One passage per retrieval: the first has no evidence, the rewrite finds another, which answers."""
     generator, grader = llms(grade=grade_yes_if("Meals"), generate=answer_with("Meals"),
                              rewrite="meals reimbursed during business travel per day")  # fmt: skip
-    rag = make_rag(generator, grader, workflow={"top_k": 1, "max_query_rewrites": 1})
+    rag = make_rag(generator, grader, retrieval={"top_k": 1}, workflow={"max_query_rewrites": 1})
     res = rag.query(QUESTION, user=ALICE)
     assert "60 euros" in res.answer and res.pipeline["query_rewrites"] == 1
     prefixes = list(dict.fromkeys(system for name, system in system_messages(grader) if name == "grade"))
@@ -634,7 +663,7 @@ def test_a_passage_kept_before_a_re_retrieval_shares_the_new_prefix(make_rag: Ma
 
     generator, grader = llms(grade=grade, generate=answer_with("Meals"),
                              rewrite="meals reimbursed during business travel per day")  # fmt: skip
-    rag = make_rag(generator, grader, workflow={"top_k": 1, "max_query_rewrites": 1})
+    rag = make_rag(generator, grader, retrieval={"top_k": 1}, workflow={"max_query_rewrites": 1})
     res = rag.query(QUESTION, user=ALICE)
     assert "60 euros" in res.answer and res.pipeline["query_rewrites"] == 1
     prefixes = list(dict.fromkeys(system for name, system in system_messages(grader) if name == "grade"))

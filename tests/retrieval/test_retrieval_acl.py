@@ -35,7 +35,7 @@ from pgvector.psycopg import register_vector
 from enterprise_rag import EnterpriseRAG, PermissionDeniedError, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.retrieval.merging import expand_within_section
-from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions
+from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, RetrievalOptions, Retriever
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
 from enterprise_rag.store.parents import fetch_ancestors
 from enterprise_rag.store.scoping import act_as_service
@@ -335,10 +335,10 @@ def test_rerank_input_is_permission_filtered(corpus: Corpus, who: str) -> None:
     allowed = visible_keys(p)
     for mode in MODES:
         reranker = RecordingReranker()
-        retriever = PermissionScopedRetriever(
-            db=corpus.rag.db, embed_model=corpus.rag.providers.embed_model, principal=p,
-            settings=corpus.rag.settings.retrieval, top_k=5, reranker=reranker, options=RetrievalOptions(mode=mode),
-        )  # fmt: skip
+        retriever = PermissionScopedRetriever(Retriever(
+            db=corpus.rag.db, embed_model=corpus.rag.providers.embed_model, settings=corpus.rag.settings.retrieval,
+            reranker=reranker,
+        ), p, top_k=5, options=RetrievalOptions(mode=mode))  # fmt: skip
         nodes = retriever.retrieve(ALL_MARKERS_QUESTION)
         _assert_only_visible(corpus, p, nodes, f"after rerank mode={mode}")
         if not allowed:
@@ -423,10 +423,7 @@ def test_retrieval_without_a_principal_is_refused(corpus: Corpus) -> None:
         with pytest.raises(PermissionDeniedError):
             corpus.rag.as_retriever(bad)  # type: ignore[arg-type]
         with pytest.raises(PermissionDeniedError):
-            PermissionScopedRetriever(
-                db=corpus.rag.db, embed_model=corpus.rag.providers.embed_model, principal=bad,  # type: ignore[arg-type]
-                settings=corpus.rag.settings.retrieval,
-            )  # fmt: skip
+            PermissionScopedRetriever(corpus.rag._retriever(), bad)  # type: ignore[arg-type]
     with pytest.raises(PermissionDeniedError):
         Principal(None, ["eng"])  # type: ignore[arg-type]
     with pytest.raises(PermissionDeniedError):

@@ -37,7 +37,7 @@ from enterprise_rag.config import load_settings
 from enterprise_rag.llm import prompts
 from enterprise_rag.principal import storable_name
 from enterprise_rag.retrieval.merging import expand_within_section
-from enterprise_rag.retrieval.retriever import PermissionScopedRetriever
+from enterprise_rag.retrieval.retriever import PermissionScopedRetriever, Retriever
 from enterprise_rag.store.parents import fetch_ancestors
 from enterprise_rag.store.search import Hit, SearchParams, search
 from enterprise_rag.store.traces import TraceStore
@@ -250,10 +250,9 @@ def check_as_retriever(c: LeakCorpus, p: Principal, q: str) -> int:
 
 def check_rerank_input(c: LeakCorpus, p: Principal, q: str) -> int:
     reranker = RecordingReranker()
-    retriever = PermissionScopedRetriever(
-        db=c.rag.db, embed_model=c.rag.providers.embed_model, principal=p, settings=c.rag.settings.retrieval,
-        top_k=5, reranker=reranker,
-    )  # fmt: skip
+    retriever = PermissionScopedRetriever(Retriever(
+        db=c.rag.db, embed_model=c.rag.providers.embed_model, settings=c.rag.settings.retrieval, reranker=reranker,
+    ), p, top_k=5)  # fmt: skip
     out = retriever.retrieve(q)
     return sum(c.leaked_nodes(p, call) for call in reranker.calls) + c.leaked_nodes(p, out)
 
