@@ -16,6 +16,9 @@ Different needs get different, named cuts, each for what it is compared with:
 * :func:`word_count`: how long a sentence is, as a reader counts it.
 * :func:`split_line`: the sentences of one line of text, where abbreviations, decimals, codes and
   quotations never end a sentence.
+* :data:`LIST_ITEM`: a line that starts a list item (a bullet, ``1.``, ``a)``, ``(i)``...), the one
+  pattern of the readers, the chunker, the evidence units and the checks of a draft; Markdown's own
+  grammar keeps CommonMark's rule (``ingest/readers/markdown.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ _CONTACT_POINT = re.compile(
     r"|(?:[a-z][a-z0-9+.-]*://|www\.)[^\s<>()\[\]\"']+",  # a URL with a scheme, or www.
     re.IGNORECASE,
 )
+LIST_ITEM = re.compile(
+    r"^(\s*)(?:[-*+\u2022\u25aa\u25e6\u2023\u2013]|\d{1,3}[.)]|[a-zA-Z][.)]|\(\d{1,3}\)|\([a-z]\))\s+(?=\S)"
+)
+"""A list item's first line: group 1 is its indent; the match ends where the item's text begins."""
 _COINED = re.compile(r"\b(?:[A-Z][a-z]+(?:-[A-Z][a-z0-9]+)+|[A-Za-z]*[a-z][A-Z][A-Za-z]*)\b")
 STOPWORDS = frozenset(
     {

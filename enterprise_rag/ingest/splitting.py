@@ -14,10 +14,10 @@ from collections.abc import Callable
 from llama_index.core.node_parser import SentenceSplitter
 
 from enterprise_rag.schema.documents import BlockKind
+from enterprise_rag.text import LIST_ITEM
 
 CountTokens = Callable[[str], int]
 
-_ITEM = re.compile(r"^(\s*)(?:[-*+•▪◦‣–]|\d{1,9}[.)]|[a-zA-Z][.)]|\(\d{1,3}\)|\([a-z]\))(?:\s+|$)")
 _MD_TABLE_SEP = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
 
 
@@ -108,11 +108,11 @@ class TextSplitter:
 def _list_items(text: str) -> list[str]:
     """Top-level items with their continuation lines and nested items attached."""
     lines = text.split("\n")
-    first = _ITEM.match(lines[0])
+    first = LIST_ITEM.match(lines[0])
     indent = len(first.group(1)) if first else 0
     items: list[str] = []
     for line in lines:
-        m = _ITEM.match(line)
+        m = LIST_ITEM.match(line)
         if items and not (m and len(m.group(1)) <= indent):
             items[-1] += "\n" + line
         else:

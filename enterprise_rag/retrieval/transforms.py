@@ -10,7 +10,6 @@ model (:data:`Chat`).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +18,7 @@ from llama_index.core.llms import LLM, ChatMessage, MessageRole
 from enterprise_rag.errors import brief
 from enterprise_rag.llm.prompts import EXPAND_RULES, HYDE_RULES, standalone_messages
 from enterprise_rag.schema.sources import History
+from enterprise_rag.text import LIST_ITEM
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def _ask(llm: LLM, system: str, user: str, max_tokens: int = 128) -> str:
 def expand_queries(llm: LLM, question: str, n: int = 3) -> list[str]:
     """``n`` alternative phrasings of ``question`` (multi-query expansion)."""
     text = _ask(llm, EXPAND_RULES.format(n=n), f"Question: {question}", max_tokens=160)
-    lines = [re.sub(r"^\s*(?:[-*]|\d+[.)])\s*", "", ln).strip() for ln in text.splitlines()]
+    lines = [LIST_ITEM.sub("", ln).strip() for ln in text.splitlines()]
     return [ln for ln in lines if len(ln) > 3][:n]
 
 

@@ -19,12 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from enterprise_rag.text import split_line
+from enterprise_rag.text import LIST_ITEM, split_line
 
 SpanKind = Literal["heading", "sentence", "item", "row", "code"]
 
 _HEADING = re.compile(r"^\s*#{1,6}\s+\S")
-_ITEM = re.compile(r"^\s*(?:[-*+\u2022\u25aa\u25e6\u2023\u2013]|\d{1,3}[.)]|[a-zA-Z][.)]|\(\d{1,3}\)|\([a-z]\))\s+\S")
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?\s*$")
 _FENCE = ("```", "~~~")
 
@@ -110,7 +109,7 @@ def units(text: str) -> list[Unit]:
             block += 1
             out.append(Unit("heading", lead, end, block=block))
             block += 1
-        elif _ITEM.match(line):
+        elif LIST_ITEM.match(line):
             out.append(Unit("item", lead, end, block=block))
         else:
             pos = lead

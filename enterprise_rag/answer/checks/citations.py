@@ -14,7 +14,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-from enterprise_rag.text import split_line
+from enterprise_rag.text import LIST_ITEM, split_line
 
 _LABEL = r"[Ss]\s*\d+"
 _ITEM_SEP = r"\s*(?:[,;]|[-\u2010-\u2015]|\bto\b)?\s*"
@@ -31,7 +31,6 @@ _QUOTES = str.maketrans(
 )
 _TRAILING_CITES = re.compile(rf"(?:\s*{CITATION.pattern})+[.!?]?")
 _HEADING = re.compile(r"^(?:#{1,6}\s+.*|\*\*[^*]+\*\*:?|__[^_]+__:?)$")
-_ITEM = re.compile(r"^(?:[-*+\u2022\u2013]|\d{1,3}[.)])\s+")
 
 
 def normalise(text: str) -> str:
@@ -89,5 +88,5 @@ def split_sentences(text: str) -> list[str]:
         if _HEADING.match(line):
             units.append(line.lstrip("#").strip())
         else:
-            units.extend(split_line(_ITEM.sub("", line, count=1), _TRAILING_CITES))
+            units.extend(split_line(LIST_ITEM.sub("", line, count=1), _TRAILING_CITES))
     return units

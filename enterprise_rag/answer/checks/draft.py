@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from enterprise_rag.schema.spans import Span
+from enterprise_rag.text import LIST_ITEM
 
-_LIST_MARKER = re.compile(r"^(?:[-*+\u2022]|\d{1,3}[.)])\s+")
 _CITE = re.compile(r"\s*[\[(]\s*(?:L|S)\s*\d+(?:\s*[,;]\s*(?:L|S)?\s*\d+)*\s*[\])]")
 MISSING_PART = "The documents you can read do not answer this part: {part}?"
 QUOTED_INTRO = "From the documents, quoted as written:"
@@ -79,7 +79,7 @@ class Draft:
         line does not help) and ones without a letter or digit are left out."""
         sentences = []
         for span in spans:
-            text = _CITE.sub("", _LIST_MARKER.sub("", str(reply.get(span.tag) or "").strip())).strip()
+            text = _CITE.sub("", LIST_ITEM.sub("", str(reply.get(span.tag) or "").strip())).strip()
             if any(ch.isalnum() for ch in text):
                 sentences.append(Sentence(text, (span,)))
         return cls(tuple(sentences))

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from enterprise_rag.ingest.readers.outline import Outline
 from enterprise_rag.schema.documents import Block
+from enterprise_rag.text import LIST_ITEM
 
-ITEM = re.compile(r"^\s*(?:[-*+•▪◦‣–]|\d{1,3}[.)]|[a-zA-Z][.)]|\(\d{1,3}\)|\([a-z]\))\s+\S")
 _NUMBERING = re.compile(r"^(\d+(?:\.\d+)*)\.?\s+\S")
 _MAX_HEADING = 200
 _ENDS_SENTENCE = (".", "!", "?", ":", '."', ".)")
@@ -175,7 +175,7 @@ class _Page:
         if not standalone or nxt is None:
             return None
         if stats.styled:
-            if ln.bold and not nxt.bold and abs(ln.size - stats.body) < 0.6 and not ITEM.match(ln.text):
+            if ln.bold and not nxt.bold and abs(ln.size - stats.body) < 0.6 and not LIST_ITEM.match(ln.text):
                 return len(stats.heading_sizes), _numbering(ln.text)
             return None
         numbering = _numbering(ln.text)  # unstyled PDF: only numbered headings are trusted
@@ -189,7 +189,7 @@ class _Page:
             nxt, last = self.lines[j], self.lines[j - 1]
             if nxt.cells is not None or nxt.size != first.size or nxt.bold != first.bold:
                 break
-            if not self.stats.is_large(first) or last.y - nxt.y > 1.6 * first.size or ITEM.match(nxt.text):
+            if not self.stats.is_large(first) or last.y - nxt.y > 1.6 * first.size or LIST_ITEM.match(nxt.text):
                 break
             parts.append(nxt.text)
             j += 1
@@ -203,7 +203,7 @@ class _Page:
                 self.kind = "code"
             self.code.append(ln)
             return
-        if ITEM.match(ln.text):
+        if LIST_ITEM.match(ln.text):
             if self.kind != "list":
                 self._flush()
                 self.kind = "list"

@@ -13,10 +13,10 @@ from pathlib import Path
 from enterprise_rag.ingest.readers.common import Parsed, decode_text
 from enterprise_rag.ingest.readers.outline import Outline, by_level
 from enterprise_rag.schema.documents import BlockKind
+from enterprise_rag.text import LIST_ITEM
 
 _NUMBERED = re.compile(r"^(\d+(?:\.\d+)*)\.?\s+\S")
 _UNDERLINE = re.compile(r"^\s*(=+|-+)\s*$")
-_ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)]|[a-z][.)])\s+")
 _TERMINAL = (".", "!", "?", ",", ";", ":")
 
 
@@ -66,4 +66,4 @@ def _heading(lines: list[str]) -> tuple[str, int, list[str]] | None:
 
 def _kind(lines: list[str]) -> BlockKind:
     """A paragraph whose first line is a list item is a list (continuation lines included)."""
-    return "list" if lines and _ITEM.match(lines[0]) else "paragraph"
+    return "list" if lines and LIST_ITEM.match(lines[0]) else "paragraph"
