@@ -1,6 +1,6 @@
 """What row-level security costs the retrieval hot path: the same searches with and without it.
 
-The store: 3,000 documents, each one parent chunk with 10 leaves (30,000 leaves) of words
+The store: 3,000 documents (``--docs``), each one parent chunk with 10 leaves (30,000 leaves) of words
 drawn from a 3,000-word vocabulary, random unit vectors; 99% of the documents readable by
 group ``common``, 1% by group ``rare``. Query vectors are fixed random vectors (no embedding
 model runs), so the figures are the database path only: ``search()`` (the one hybrid statement)
@@ -11,9 +11,10 @@ role's policies of ``enterprise_rag/sql/0004_row_security.sql`` and ``0007_signe
 the tables' owner with no second wall (the same statements, our own ACL predicates only), so both
 see the same load on a shared machine.
 
-    .venv/bin/python benchmarks/rls_latency.py [--store-dir /tmp/erag-rls-bench] [--repeats 60]
+    .venv/bin/python benchmarks/rls_latency.py [--store-dir /tmp/erag-rls-bench] [--repeats 60] [--docs 3000]
 
-``--store-dir`` keeps the server and the store between runs (built only when missing).
+``--store-dir`` keeps the server and the stores between runs (one database per size, built only when
+missing); ``--docs 20000`` is the 200,000-leaf store.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from enterprise_rag.store.embedded import start_embedded
 from enterprise_rag.store.search import SearchParams, search
 from enterprise_rag.store.writer import PreparedDocument, write_documents
 
-DOCS, LEAVES_PER_DOC, DIM, VOCAB = 3000, 10, 384, 3000
+LEAVES_PER_DOC, DIM, VOCAB = 10, 384, 3000
 
 
 class HashedVectorEmbedding(BaseEmbedding):
@@ -69,10 +70,10 @@ def _words(rng: np.random.Generator, n: int) -> list[str]:
     return [f"w{int(i)}x" for i in rng.zipf(1.3, n) % VOCAB]
 
 
-def build_store(rag: EnterpriseRAG) -> None:
+def build_store(rag: EnterpriseRAG, n_docs: int) -> None:
     rng = np.random.default_rng(7)
     docs: list[PreparedDocument] = []
-    for d in range(DOCS):
+    for d in range(n_docs):
         group = "rare" if d % 100 == 0 else "common"
         doc_id = f"doc{d:05d}"
         record = DocumentRecord(
@@ -89,9 +90,10 @@ def build_store(rag: EnterpriseRAG) -> None:
             v = rng.standard_normal(DIM)
             doc.embeddings[f"{doc_id}l{j}"] = v / np.linalg.norm(v)
         docs.append(doc)
-    with rag.db.connection() as conn:
-        for i in range(0, len(docs), 500):
+    for i in range(0, len(docs), 500):
+        with rag.db.connection() as conn:
             write_documents(conn, docs[i : i + 500])
+    with rag.db.connection() as conn:
         conn.execute("ANALYZE rag_nodes")
 
 
@@ -139,18 +141,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store-dir", type=Path, default=Path("/tmp/erag-rls-bench"))
     parser.add_argument("--repeats", type=int, default=60)
+    parser.add_argument("--docs", type=int, default=3000, help="documents of 10 leaves each")
     args = parser.parse_args()
     server = start_embedded(args.store_dir)
+    name = "rls_bench" if args.docs == 3000 else f"rls_bench_{args.docs}"  # the 30k store keeps its old name
     with psycopg.connect(server, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'rls_bench'").fetchone():
-            conn.execute('CREATE DATABASE "rls_bench"')
-    dsn = psycopg.conninfo.make_conninfo(server, dbname="rls_bench")
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = psycopg.conninfo.make_conninfo(server, dbname=name)
     embed = HashedVectorEmbedding(model_name="hashed")
     rag = EnterpriseRAG(data_dir=args.store_dir, settings=load_settings(None, database={"dsn": dsn}), embed_model=embed)
-    if rag.status()["leaf_nodes"] < DOCS * LEAVES_PER_DOC:
-        build_store(rag)
+    if rag.status()["leaf_nodes"] < args.docs * LEAVES_PER_DOC:
+        t0 = time.perf_counter()
+        build_store(rag, args.docs)
+        print(f"built in {time.perf_counter() - t0:.0f} s")
     migrations = rag.status()["migrations"]
-    print(f"store: {DOCS * LEAVES_PER_DOC} leaves; migrations applied: {', '.join(migrations)}")
+    print(f"store: {args.docs * LEAVES_PER_DOC} leaves; migrations applied: {', '.join(migrations)}")
     rng = np.random.default_rng(11)
     questions = [" ".join(_words(rng, 6)) for _ in range(args.repeats)]
     vectors = [embed.get_query_embedding(q) for q in questions]
