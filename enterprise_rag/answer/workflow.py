@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import NodeWithScore
 from workflows import Context, Workflow, step
 from workflows.events import StopEvent
@@ -64,28 +63,20 @@ from enterprise_rag.answer.selection import select
 from enterprise_rag.answer.sources import corpus_sources, evidence_of, refine, relabel, web_sources
 from enterprise_rag.answer.state import RunState
 from enterprise_rag.answer.steps import begin_step, record_step
-from enterprise_rag.answer.web import WebSearch, more_phrasings, search_all
+from enterprise_rag.answer.web import WebSearch, search_all
 from enterprise_rag.config import WorkflowSettings
 from enterprise_rag.errors import ConfigError, LLMError, WebSearchError
 from enterprise_rag.llm import prompts
-from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.llm.prompts import NOT_FOUND_ANSWER
 from enterprise_rag.llm.untrusted import addresses_model
 from enterprise_rag.retrieval.retriever import Retriever
-from enterprise_rag.retrieval.transforms import Chat, concatenated_query, standalone_question
+from enterprise_rag.retrieval.transforms import concatenated_query, more_phrasings, rewrite_query, standalone_question
 from enterprise_rag.schema.sources import Source
 
 FLAGGED_ANSWER = (
     "I could not produce an answer that the documents fully support, so this question has been flagged for "
     "review. Please check the cited sources directly."
 )
-
-
-def _standalone_chat(caller: LLMCaller) -> Chat:
-    def chat(messages: list[ChatMessage], max_tokens: int) -> str:
-        return str(caller.call("grader", "standalone", messages, max_tokens=max_tokens))
-
-    return chat
 
 
 class AnswerWorkflow(Workflow):
@@ -134,8 +125,7 @@ class AnswerWorkflow(Workflow):
         t0 = begin_step(ctx, "prepare")
         async with ctx.store.edit_state() as s:
             s.ask = ev
-            chat = _standalone_chat(ev.caller)
-            s.query, _ = await asyncio.to_thread(standalone_question, chat, ev.question, ev.history)
+            s.query, _ = await asyncio.to_thread(standalone_question, ev.caller, ev.question, ev.history)
             record_step(ctx, s, "prepare", t0, needs_retrieval=True, standalone_question=s.query)
             return Retrieve(query=s.query)
 
@@ -242,9 +232,7 @@ class AnswerWorkflow(Workflow):
         async with ctx.store.edit_state() as s:
             s.rewrites += 1
             try:
-                reply = await s.run.caller.acall("grader", "rewrite", prompts.rewrite_messages(s.query, s.queries),
-                                                 max_tokens=64)  # fmt: skip
-                query = next((ln.strip().strip('"') for ln in str(reply).splitlines() if ln.strip()), s.query)
+                query = await asyncio.to_thread(rewrite_query, s.run.caller, s.query, s.queries) or s.query
             except LLMError:
                 query = s.query
             record_step(ctx, s, "rewrite", t0, reason=ev.reason, query=query, attempt=s.rewrites)

@@ -202,6 +202,12 @@ def statement_of(messages: list[ChatMessage]) -> str:
     return match.group(1)
 
 
+def first_line(reply: object) -> str:
+    """The one way a one-line reply (a rewrite, a phrasing) is read: its first non-empty line, without the
+    spaces and double quotes around it; "" when the reply has none."""
+    return next((ln.strip().strip('"') for ln in str(reply).splitlines() if ln.strip()), "")
+
+
 def rewrite_messages(question: str, previous: list[str]) -> list[ChatMessage]:
     tried = "\n".join(f"- {q}" for q in previous)
     body = f"Question: {question}\nQueries already tried (find different wording):\n{tried}"

@@ -20,9 +20,10 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from enterprise_rag.config import RetrievalSettings
+from enterprise_rag.llm.caller import LLMCaller
 from enterprise_rag.principal import Principal, require_principal
 from enterprise_rag.retrieval.merging import auto_merge, expand_within_section
-from enterprise_rag.retrieval.transforms import expand_queries, hypothetical_document, llm_chat, standalone_question
+from enterprise_rag.retrieval.transforms import expand_queries, hypothetical_document, standalone_question
 from enterprise_rag.schema.sources import History
 from enterprise_rag.store import Database
 from enterprise_rag.store.parents import fetch_ancestors
@@ -126,17 +127,18 @@ class Retriever:
         trace: dict[str, Any] = {"question": question, "principal": principal.user_id}
         t0 = time.perf_counter()
         needs_llm = bool(history) and opts.rewrite_with_history or opts.multi_query or opts.hyde
-        llm = self._llm() if needs_llm and self._llm is not None else None
+        # One attempt per call: retrieval is not held up by retries (a failed follow-up rewrite concatenates).
+        caller = LLMCaller({"grader": self._llm()}, max_retries=0) if needs_llm and self._llm is not None else None
         query = question
         if history and opts.rewrite_with_history:
-            query, trace["rewrite"] = standalone_question(llm_chat(llm) if llm is not None else None, question, history)
+            query, trace["rewrite"] = standalone_question(caller, question, history)
         queries = [query]
-        if opts.multi_query and llm is not None:
-            queries += expand_queries(llm, query, opts.multi_query)
+        if opts.multi_query and caller is not None:
+            queries += expand_queries(caller, query, opts.multi_query)
         trace["queries"] = queries
         embed_texts = list(queries)
-        if opts.hyde and llm is not None:
-            embed_texts[0] = hypothetical_document(llm, query)
+        if opts.hyde and caller is not None:
+            embed_texts[0] = hypothetical_document(caller, query)
             trace["hyde"] = embed_texts[0]
         vectors: list[Any] = [None] * len(queries)
         if opts.mode != "text":

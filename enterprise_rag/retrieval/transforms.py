@@ -1,40 +1,30 @@
-"""LLM query transforms: standalone rewrite of a follow-up, multi-query expansion, HyDE.
+"""Every LLM rewrite of a query, in one module: the standalone follow-up, a new phrasing, extra phrasings,
+multi-query expansion, HyDE.
 
-Each is optional and measured in ``benchmarks/retrieval.py``. The chat history
-and question are untrusted text: they are passed as data inside the user
-message, never as instructions. The standalone rewrite is the one both the
-retriever and the answer workflow use; each passes its own way of calling the
-model (:data:`Chat`).
+Each calls the model through an :class:`~enterprise_rag.llm.caller.LLMCaller` (its timeout, retries,
+accounting and, in a query, its trace) and reads one-line replies with
+:func:`~enterprise_rag.llm.prompts.first_line`. The chat history and the question are untrusted text:
+they are passed as data inside the user message, never as instructions. The optional stages are
+measured in ``benchmarks/retrieval.py``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
-from llama_index.core.llms import LLM, ChatMessage, MessageRole
+from llama_index.core.llms import ChatMessage, MessageRole
 
 from enterprise_rag.errors import brief
-from enterprise_rag.llm.prompts import EXPAND_RULES, HYDE_RULES, standalone_messages
+from enterprise_rag.llm.caller import LLMCaller
+from enterprise_rag.llm.prompts import EXPAND_RULES, HYDE_RULES, first_line, rewrite_messages, standalone_messages
 from enterprise_rag.schema.sources import History
 from enterprise_rag.text import LIST_ITEM
 
 logger = logging.getLogger(__name__)
 
-Chat = Callable[[list[ChatMessage], int], str]
-"""Sends messages with a completion token budget and returns the reply text; raises when the call fails."""
-
 STANDALONE_MAX_TOKENS = 96
-
-
-def llm_chat(llm: LLM) -> Chat:
-    """:data:`Chat` straight to a LlamaIndex LLM."""
-
-    def chat(messages: list[ChatMessage], max_tokens: int) -> str:
-        return llm.chat(messages, max_tokens=max_tokens).message.content or ""
-
-    return chat
+REWRITE_MAX_TOKENS = 64
 
 
 def concatenated_query(question: str, history: History) -> str:
@@ -45,7 +35,7 @@ def concatenated_query(question: str, history: History) -> str:
     return " ".join([*asked, question])
 
 
-def standalone_question(chat: Chat | None, question: str, history: History) -> tuple[str, dict[str, Any]]:
+def standalone_question(caller: LLMCaller | None, question: str, history: History) -> tuple[str, dict[str, Any]]:
     """Rewrite ``question`` given ``history``: the first line of the reply, unquoted (the question itself
     when the reply is empty); concatenation when there is no model or its call fails.
 
@@ -53,32 +43,50 @@ def standalone_question(chat: Chat | None, question: str, history: History) -> t
     """
     if not history:
         return question, {"method": "none"}
-    if chat is not None:
+    if caller is not None:
         try:
-            reply = chat(standalone_messages(question, history), STANDALONE_MAX_TOKENS)
+            reply = caller.call("grader", "standalone", standalone_messages(question, history),
+                                max_tokens=STANDALONE_MAX_TOKENS)  # fmt: skip
         except Exception as exc:  # fail-open: retrieval still works without the rewrite
             logger.warning("standalone rewrite failed, using concatenation: %s", brief(exc))
             logger.debug("standalone rewrite: %s", exc)
         else:
-            line = next((ln.strip() for ln in reply.splitlines() if ln.strip()), "")
-            query = line.strip('"') or question
+            query = first_line(reply) or question
             return query, {"method": "llm", "query": query}
     query = concatenated_query(question, history)
     return query, {"method": "concatenation", "query": query}
 
 
-def _ask(llm: LLM, system: str, user: str, max_tokens: int = 128) -> str:
-    messages = [ChatMessage(role=MessageRole.SYSTEM, content=system), ChatMessage(role=MessageRole.USER, content=user)]
-    return llm_chat(llm)(messages, max_tokens).strip()
+def rewrite_query(caller: LLMCaller, query: str, previous: list[str]) -> str:
+    """One new phrasing of ``query``, asked to differ from ``previous``; "" when the reply has none.
+    Raises :class:`~enterprise_rag.errors.LLMError` when the call fails."""
+    reply = caller.call("grader", "rewrite", rewrite_messages(query, previous), max_tokens=REWRITE_MAX_TOKENS)
+    return first_line(reply)
 
 
-def expand_queries(llm: LLM, question: str, n: int = 3) -> list[str]:
+def more_phrasings(caller: LLMCaller, query: str, n: int) -> list[str]:
+    """Up to ``n`` new phrasings of ``query``, each asked to differ from the query and those before it."""
+    phrasings: list[str] = []
+    for _ in range(n):
+        line = rewrite_query(caller, query, [query, *phrasings])
+        if line and line not in phrasings:
+            phrasings.append(line)
+    return phrasings
+
+
+def _ask(caller: LLMCaller, name: str, system: str, question: str) -> str:
+    messages = [ChatMessage(role=MessageRole.SYSTEM, content=system),
+                ChatMessage(role=MessageRole.USER, content=f"Question: {question}")]  # fmt: skip
+    return str(caller.call("grader", name, messages, max_tokens=160)).strip()
+
+
+def expand_queries(caller: LLMCaller, question: str, n: int = 3) -> list[str]:
     """``n`` alternative phrasings of ``question`` (multi-query expansion)."""
-    text = _ask(llm, EXPAND_RULES.format(n=n), f"Question: {question}", max_tokens=160)
-    lines = [LIST_ITEM.sub("", ln).strip() for ln in text.splitlines()]
+    reply = _ask(caller, "expand", EXPAND_RULES.format(n=n), question)
+    lines = [LIST_ITEM.sub("", ln).strip() for ln in reply.splitlines()]
     return [ln for ln in lines if len(ln) > 3][:n]
 
 
-def hypothetical_document(llm: LLM, question: str) -> str:
+def hypothetical_document(caller: LLMCaller, question: str) -> str:
     """A hypothetical answer passage to embed instead of the question (HyDE)."""
-    return _ask(llm, HYDE_RULES, f"Question: {question}", max_tokens=160)
+    return _ask(caller, "hyde", HYDE_RULES, question)

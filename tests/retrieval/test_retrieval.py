@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -31,6 +32,7 @@ from enterprise_rag.retrieval.retriever import RetrievalOptions, fuse_rankings
 from enterprise_rag.store.parents import ParentRow
 from enterprise_rag.store.search import Hit, SearchParams, search
 from enterprise_rag.store.vector_store import PgRagVectorStore
+from enterprise_rag.testing import ScriptedLLM
 from enterprise_rag.text import query_words
 from tests.support.databases import create_db, drop_db, owner_connection
 
@@ -367,3 +369,40 @@ def test_query_words_dedup_order_and_bound() -> None:
     assert query_words(" ".join(["same"] * 500 + words)) == ["same", *words[:63]]
     assert query_words("x" * 10_000) == ["x" * 10_000]
     assert query_words("'; DROP TABLE rag_nodes; --") == ["drop", "table", "rag_nodes"]
+
+
+def _rewriting_rag(corpus: Corpus, grader: ScriptedLLM) -> EnterpriseRAG:
+    """The corpus' store, with ``grader`` as the model of the optional LLM stages."""
+    return EnterpriseRAG(data_dir=corpus.root / "data", settings=corpus.rag.settings,
+                         embed_model=corpus.rag.providers.embed_model, grader=grader)  # fmt: skip
+
+
+def test_multi_query_and_hyde_go_through_the_caller_and_read_list_replies(corpus: Corpus) -> None:
+    def reply(messages: list[Any], kwargs: dict[str, Any]) -> str:
+        system = messages[0].content or ""
+        if "search queries" in system:  # the expansion prompt: a list, markers and all
+            return "- refund window for annual plans\n2. money back period\n\nok"
+        return "Refunds of annual plans are paid within thirty days of the request."
+
+    grader = ScriptedLLM({"text": reply})
+    staff = Principal("sam", ["staff"])
+    with _rewriting_rag(corpus, grader) as rag:
+        expanded = rag.as_retriever(staff, options=RetrievalOptions(multi_query=2)).retrieve_with_trace("refund window")
+        hyde = rag.as_retriever(staff, options=RetrievalOptions(hyde=True)).retrieve_with_trace("refund window")
+    assert expanded.trace["queries"] == ["refund window", "refund window for annual plans", "money back period"]
+    assert expanded.nodes and set(_docs(expanded.nodes)) <= {corpus.doc[k] for k in ("current", "superseded", "guide")}
+    assert hyde.trace["hyde"].startswith("Refunds of annual plans") and hyde.nodes
+    assert grader.count("text") == 2
+
+
+def test_a_failed_follow_up_rewrite_is_tried_once_and_concatenates(corpus: Corpus) -> None:
+    def fail(messages: list[Any], kwargs: dict[str, Any]) -> str:
+        raise TimeoutError("the model did not answer")
+
+    grader = ScriptedLLM({"standalone": fail})
+    history = [{"role": "user", "content": "Tell me about annual plans."}, {"role": "assistant", "content": "Sure."}]
+    with _rewriting_rag(corpus, grader) as rag:
+        result = rag.as_retriever(Principal("sam", ["staff"]), history=history).retrieve_with_trace("and refunds?")
+    assert result.trace["rewrite"]["method"] == "concatenation"
+    assert result.trace["queries"] == ["Tell me about annual plans. and refunds?"]
+    assert grader.count("standalone") == 1
