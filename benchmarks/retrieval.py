@@ -216,12 +216,13 @@ def synthetic_rag(server_dsn: str, data_dir: Path, chunks: int, words: list[str]
 
     The BM25 trigger is off during the load and the statistics are recounted once after it
     (``rag_bm25_rebuild()``, the migration's backfill); the HNSW index is built after the load.
+    The load runs as the tables' owner: the package's own roles may not disable a trigger.
     """
     dsn = database(server_dsn, f"synthetic_{chunks}")
     rag = EnterpriseRAG(data_dir=data_dir, settings=load_settings(None, database={"dsn": dsn}))
     if rag.status()["leaf_nodes"] < chunks:
         t0 = time.perf_counter()
-        with rag.db.connection() as conn:
+        with psycopg.connect(rag.db.dsn()) as conn:  # the tables' owner: triggers and indexes are its own
             conn.execute("TRUNCATE rag_documents CASCADE")
             conn.execute("SET LOCAL maintenance_work_mem = '2GB'")
             conn.execute("DROP INDEX IF EXISTS rag_nodes_embedding")
