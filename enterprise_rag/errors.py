@@ -93,6 +93,10 @@ class LLMError(RagError):
     """
 
 
+class LLMTimeoutError(LLMError, TimeoutError):
+    """A generation ran out of its time budget before it was complete (never returned cut short)."""
+
+
 class LLMUnavailableError(LLMError):
     """The LLM service failed after its client's own HTTP retries; callers do not retry it again."""
 

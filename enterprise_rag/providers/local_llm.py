@@ -1,12 +1,18 @@
 """The local LLM: a GGUF model run in-process by xllamacpp (llama.cpp's server core).
 
 One engine per model file is shared by every role in the process (the model
-takes ~2 GB of RAM). Requests are OpenAI-style dicts, so ``response_format``
-with a JSON schema becomes a grammar and the output is schema-constrained.
+takes ~2 GB of RAM); it generates in one worker thread of its own, for every call
+and every stream. Requests are OpenAI-style dicts, so ``response_format`` with a
+JSON schema becomes a grammar and the output is schema-constrained.
+
+The engine stops a generation at the first line end past ``timeout_s``
+(llama.cpp's ``t_max_predict_ms``); such a reply, cut before its token budget,
+is raised as :class:`~enterprise_rag.errors.LLMTimeoutError`, never returned.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import queue
@@ -28,7 +34,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.custom import CustomLLM
 from pydantic import Field
 
-from enterprise_rag.errors import LLMError
+from enterprise_rag.errors import LLMError, LLMTimeoutError
 from enterprise_rag.extras import require
 
 logger = logging.getLogger(__name__)
@@ -43,8 +49,33 @@ def usable_cpus() -> int:
         return os.cpu_count() or 2
 
 
+class _EngineThread:
+    """One daemon thread that runs submitted calls in order (a process exiting mid-generation is not held up,
+    as it would be by a thread pool's worker)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...]]] = (
+            queue.Queue()
+        )
+        threading.Thread(target=self._run, name="local-llm", daemon=True).start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._jobs.put((future, fn, args))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            future, fn, args = self._jobs.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # the caller's future raises it
+                    future.set_exception(exc)
+
+
 class _Engine:
-    """One loaded model; calls are serialised (one slot, 2 cores)."""
+    """One loaded model and the one thread that runs it: calls are serialised (one slot, 2 cores)."""
 
     def __init__(self, path: Path, context_window: int, threads: int | None) -> None:
         xllamacpp = require("xllamacpp", "local")
@@ -58,21 +89,34 @@ class _Engine:
         params.verbosity = -1
         params.warmup = False
         self._server = xllamacpp.Server(params)
-        self._lock = threading.Lock()
+        self._worker = _EngineThread()
 
     def chat(self, request: dict[str, Any]) -> dict[str, Any]:
-        with self._lock:
-            result: dict[str, Any] = self._server.handle_chat_completions(request)
+        result: dict[str, Any] = self._worker.submit(self._server.handle_chat_completions, request).result()
         return result
 
-    def chat_stream(self, request: dict[str, Any], on_chunk: Callable[[dict[str, Any]], None]) -> None:
-        """``request`` with ``stream``: each OpenAI-style chunk to ``on_chunk`` as it is generated."""
-        with self._lock:
-            self._server.handle_chat_completions({**request, "stream": True}, on_chunk)
+    def chat_stream(
+        self, request: dict[str, Any], on_chunk: Callable[[dict[str, Any]], None]
+    ) -> concurrent.futures.Future[None]:
+        """``request`` with ``stream``, queued on the engine's thread: each OpenAI-style chunk goes to
+        ``on_chunk`` as it is generated; the future ends with the generation."""
+        return self._worker.submit(self._server.handle_chat_completions, {**request, "stream": True}, on_chunk)
 
 
 _ENGINES: dict[tuple[str, int, int | None], _Engine] = {}
 _ENGINES_LOCK = threading.Lock()
+
+
+def _check_complete(choice: dict[str, Any], timings: dict[str, Any], request: dict[str, Any]) -> None:
+    """Raise when the engine stopped the reply at its time limit: "length" before the token budget, once the
+    generation had run for the limit (a full context window also ends in "length", sooner)."""
+    completion_tokens = int(timings.get("predicted_n", 0))
+    if (choice.get("finish_reason") == "length" and completion_tokens < int(request["max_tokens"])
+            and float(timings.get("predicted_ms", 0.0)) >= request["t_max_predict_ms"]):  # fmt: skip
+        raise LLMTimeoutError(
+            f"local LLM ran out of time: stopped after {completion_tokens} of {request['max_tokens']} tokens"
+            f" at the {request['t_max_predict_ms'] / 1000:g} s limit"
+        )
 
 
 def _engine(path: Path, context_window: int, threads: int | None) -> _Engine:
@@ -137,41 +181,45 @@ class LocalLlamaLLM(CustomLLM):
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         engine = _engine(self.model_path, self.context_window, self.threads)
-        result = engine.chat(self._request(messages, **kwargs))
+        request = self._request(messages, **kwargs)
+        result = engine.chat(request)
         if "error" in result or not result.get("choices"):
             raise LLMError(f"local LLM failed: {result.get('error', result)}")
+        _check_complete(result["choices"][0], result.get("timings") or {}, request)
         content = result["choices"][0]["message"].get("content") or ""
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=content), raw=result)
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        """The reply as it is generated; the engine runs in a thread of its own and hands over its chunks."""
+        """The reply as it is generated, handed over chunk by chunk from the engine's thread."""
         engine = _engine(self.model_path, self.context_window, self.threads)
         request = self._request(messages, **kwargs)
         chunks: queue.Queue[dict[str, Any] | BaseException | None] = queue.Queue()
+        done = engine.chat_stream(request, chunks.put)
 
-        def run() -> None:
-            try:
-                engine.chat_stream(request, chunks.put)
-            except BaseException as exc:  # handed to the reader, which raises it
+        def ended(future: concurrent.futures.Future[None]) -> None:
+            exc = future.exception()
+            if exc is not None:  # handed to the reader, which raises it
                 chunks.put(exc)
-            finally:
-                chunks.put(None)
+            chunks.put(None)
 
-        threading.Thread(target=run, name="local-llm-stream", daemon=True).start()
+        done.add_done_callback(ended)
 
         def gen() -> ChatResponseGen:
             text = ""
             timings: dict[str, Any] = {}
+            last: dict[str, Any] = {}
             while (chunk := chunks.get()) is not None:
                 if isinstance(chunk, BaseException) or "error" in chunk:
                     raise LLMError(f"local LLM failed: {chunk}")
                 timings = chunk.get("timings", timings)
                 choices = chunk.get("choices") or [{}]
+                last = choices[0]
                 delta = (choices[0].get("delta") or {}).get("content") or ""
                 text += delta
                 if delta:
                     yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=delta)
+            _check_complete(last, timings, request)
             reused, evaluated = int(timings.get("cache_n", 0)), int(timings.get("prompt_n", 0))
             usage = {
                 "prompt_tokens": reused + evaluated,

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,6 +22,7 @@ from llama_index.core.llms import ChatMessage, MessageRole
 
 from enterprise_rag import ModelError
 from enterprise_rag.config import load_settings
+from enterprise_rag.errors import LLMTimeoutError
 from enterprise_rag.providers import Providers, model_files
 from enterprise_rag.providers.local_embedding import LocalMiniLMEmbedding
 from tests.conftest import REPO
@@ -317,3 +319,24 @@ def test_local_llm_answers_with_schema_constrained_json_offline(llm_data_dir: Pa
     short = [ChatMessage(role=MessageRole.USER, content="Say OK.")]
     assert grader.chat(short, max_tokens=12, ignore_eos=True).raw["usage"]["completion_tokens"] == 12
     assert grader.chat(short, max_tokens=12).raw["usage"]["completion_tokens"] < 12
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_network")
+def test_a_local_generation_out_of_time_is_an_error_in_chat_and_in_stream(llm_data_dir: Path) -> None:
+    """The engine ends a reply at the first line end past the time limit; that is raised, never returned
+    as if the model had finished. The engine runs every call on its one thread."""
+    grader = Providers(load_settings(None), llm_data_dir).grader
+    long = [ChatMessage(role=MessageRole.USER, content="List the numbers from 1 to 200, one per line.")]
+    with pytest.raises(LLMTimeoutError, match="ran out of time: stopped after"):
+        grader.chat(long, max_tokens=400, timeout_s=0.2)
+    with pytest.raises(LLMTimeoutError):
+        for _ in grader.stream_chat(long, max_tokens=400, timeout_s=0.2):
+            pass
+    threads = threading.active_count()
+    for _ in range(3):
+        *_, last = grader.stream_chat([ChatMessage(role=MessageRole.USER, content="Say OK.")], max_tokens=8)
+        assert last.raw["usage"]["completion_tokens"] > 0
+    assert threading.active_count() == threads  # no thread per stream
+    short = [ChatMessage(role=MessageRole.USER, content="Say OK.")]
+    assert grader.chat(short, max_tokens=5, ignore_eos=True).raw["usage"]["completion_tokens"] == 5  # a full budget
