@@ -9,20 +9,18 @@ guesses at the other half's text, titles, BM25 terms and another user's question
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-import psycopg
 import pytest
-from psycopg import sql
 
 from enterprise_rag import EnterpriseRAG, Principal
 from enterprise_rag.config import load_settings
 from enterprise_rag.schema.documents import Chunk, DocumentRecord
 from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.store.writer import PreparedDocument, write_documents
+from tests.security.wall import estimate
 from tests.support.databases import owner_connection
 
 DOCS, LEAVES = 200, 10
@@ -91,24 +89,13 @@ PROBES = [
 ]
 
 
-def _estimate(conn: psycopg.Connection, table: str, column: str, op: str, value: str) -> float:
-    """The planner's row estimate for the probe, amplified by a million-row cross join."""
-    query = sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM {} t, generate_series(1, 1000000) g"
-                    " WHERE (t.{} {} {} OR g < 0)").format(sql.Identifier(table), sql.Identifier(column), sql.SQL(op),
-                                                           sql.Literal(value))  # fmt: skip
-    row = conn.execute(query).fetchone()
-    assert row is not None
-    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    return float(plan[0]["Plan"]["Plan Rows"])
-
-
 @pytest.mark.parametrize(("table", "column", "op", "right", "wrong"), PROBES,
                          ids=[f"{t}.{c} {o}" for t, c, o, _, _ in PROBES])  # fmt: skip
 def test_a_right_guess_at_forbidden_text_is_estimated_as_a_wrong_one(
     store: Store, table: str, column: str, op: str, right: str, wrong: str
 ) -> None:
     with store.rag.db.connection_for(ERIN) as conn:
-        assert _estimate(conn, table, column, op, right) == _estimate(conn, table, column, op, wrong)
+        assert estimate(conn, table, column, op, right) == estimate(conn, table, column, op, wrong)
 
 
 def test_no_text_bearing_column_of_a_row_secured_table_keeps_statistics(store: Store) -> None:

@@ -34,6 +34,7 @@ from enterprise_rag.store.scoping import READER_ROLE, WRITER_ROLE, read_as
 from enterprise_rag.store.search import ACL, SearchParams, build_search_sql
 from enterprise_rag.store.traces import TraceStore
 from enterprise_rag.store.writer import PreparedDocument, write_documents
+from tests.security.wall import SHAPES
 from tests.support.databases import owner_connection
 
 INJECTION = "zz'] OR 1=1 OR metadata_::jsonb ?| array['y"
@@ -437,9 +438,8 @@ def test_the_embedded_server_takes_passwords_on_a_closed_socket(server_dsn: str,
         psycopg.connect(psycopg.conninfo.make_conninfo(server_dsn, password="guess"), connect_timeout=5).close()
 
 
-# Each read of a signed principal, with the settings widened by set_config within the one statement: after
-# its first row (a subquery run per row), by the projection of a scan's first row, or before the read.
-_WIDEN = "set_config('enterprise_rag.groups', %(groups)s, true), set_config('enterprise_rag.user_id', %(users)s, true)"
+# Each read of a signed principal, with the settings widened by set_config within the one statement in the
+# shapes of tests/security/wall.py: after its first row, by the projection of a scan's first row, or before it.
 _READS = {
     "rag_documents": "SELECT document_id FROM rag_documents",
     "rag_nodes": "SELECT document_id FROM rag_nodes",
@@ -450,20 +450,14 @@ _READS = {
     "rag_trace_steps": "SELECT trace_id FROM rag_trace_steps",
     "rag_llm_calls": "SELECT trace_id FROM rag_llm_calls",
 }
-_MID_STATEMENT = {
-    "after the first row": "SELECT x FROM (SELECT i, ({read} WHERE i > 0 LIMIT 1 OFFSET i - 1) AS x, " + _WIDEN
-                           + " FROM generate_series(1, 40) i) s",
-    "between the rows of one scan": "SELECT x FROM (SELECT t.*, " + _WIDEN + " FROM ({read}) t(x)) s",
-    "before the read": "SELECT unnest((SELECT array_agg(t.x) FROM ({read}) t(x))) FROM (SELECT " + _WIDEN + ") w",
-}
 
 
-@pytest.mark.parametrize("how", list(_MID_STATEMENT))
+@pytest.mark.parametrize("how", list(SHAPES))
 def test_settings_changed_within_one_statement_widen_nothing(store: Store, how: str) -> None:
     """The principal is fixed once per statement from what was signed: set_config later in the same statement,
     a subquery run again per row, or a scan's next rows see the signed principal or nothing, never the new one."""
     alice = Principal("alice", ["all-staff", "hr"])
-    widened = {"groups": "{all-staff,eng,hr}", "users": '{alice,bob,"",ALICE}'}  # other groups', users' rows
+    widened = {"groups": ["all-staff", "eng", "hr"], "users": ["alice", "bob", "", "ALICE"], "rows": 40}  # others' rows
     own = {"rag_documents": visible(alice), "rag_nodes": visible(alice), "rag_traces": visible_traces(alice),
            "rag_trace_steps": visible_traces(alice), "rag_llm_calls": visible_traces(alice)}  # fmt: skip
     with store.rag.db.connection_for(alice) as conn:
@@ -471,7 +465,7 @@ def test_settings_changed_within_one_statement_widen_nothing(store: Store, how: 
             own[table] = _ids(conn, _READS[table])
         for table, read in _READS.items():
             with conn.transaction():
-                seen = {r[0] for r in conn.execute(_MID_STATEMENT[how].format(read=read), widened)} - {None}
+                seen = {r[0] for r in conn.execute(SHAPES[how].format(read=read), widened)} - {None}
                 assert seen <= own[table], (table, sorted(seen - own[table]))
                 raise psycopg.Rollback()
         assert _ids(conn, "SELECT document_id FROM rag_documents") == visible(alice)  # the read itself is intact

@@ -72,7 +72,7 @@ def real_principals(corpus: LeakCorpus, n: int, seed: int = 1) -> list[Principal
 # --- estimates ----------------------------------------------------------------------------------------
 
 
-def _estimate(conn: psycopg.Connection, table: str, column: str, op: str, value: str) -> float:
+def estimate(conn: psycopg.Connection, table: str, column: str, op: str, value: str) -> float:
     """The planner's row estimate for the guess, amplified by a million-row cross join."""
     query = sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM {} t, generate_series(1, 1000000) g"
                     " WHERE (t.{} {} {} OR g < 0)").format(sql.Identifier(table), sql.Identifier(column), sql.SQL(op),
@@ -132,7 +132,7 @@ def estimates(corpus: LeakCorpus, principals: list[Principal], per_principal: in
             guesses = _guesses(owner, corpus, p, per_principal, rng)
             with corpus.rag.db.connection_for(p) as conn:
                 for table, column, op, right, wrong in guesses:
-                    differ = _estimate(conn, table, column, op, right) != _estimate(conn, table, column, op, wrong)
+                    differ = estimate(conn, table, column, op, right) != estimate(conn, table, column, op, wrong)
                     family.note(int(differ), 0, f"{p.user_id!r} {table}.{column} {op} {right[:40]!r}")
     return family
 
@@ -320,7 +320,7 @@ def cross_database(corpus: LeakCorpus, other: EnterpriseRAG) -> Family:
                     conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
                 rows = sum(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(t))).fetchone()[0]
                            for t in tables)  # fmt: skip
-                differ = _estimate(conn, "rag_nodes", "text", "=", secret) != _estimate(
+                differ = estimate(conn, "rag_nodes", "text", "=", secret) != estimate(
                     conn, "rag_nodes", "text", "=", _wrong(secret)
                 )
                 family.note(int(differ), rows, f"read {other_db} as {role or 'login'}")
